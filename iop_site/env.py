@@ -1,0 +1,79 @@
+"""Small typed readers for the environment that fail loudly (STYLE: one settings module)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}: expected a boolean (1/0, true/false), got {raw!r}")
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_secret(name: str, fallback_file: Path) -> str:
+    """Read NAME, else the file named by NAME_FILE, else a value generated once into fallback_file."""
+    value = os.environ.get(name)
+    if value:
+        return value
+    file_name = os.environ.get(f"{name}_FILE")
+    if file_name:
+        try:
+            value = Path(file_name).read_text().strip()
+        except OSError as exc:
+            raise ImproperlyConfigured(f"{name}_FILE: cannot read {file_name}: {exc.strerror}") from exc
+        if not value:
+            raise ImproperlyConfigured(f"{name}_FILE: {file_name} is empty")
+        return value
+    if fallback_file.exists():
+        return fallback_file.read_text().strip()
+    fallback_file.parent.mkdir(parents=True, exist_ok=True)
+    value = secrets.token_urlsafe(50)
+    fd = os.open(fallback_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(value)
+    return value
+
+
+def database_from_url(url: str, base_dir: Path) -> dict[str, object]:
+    """Turn DATABASE_URL (postgres://, postgresql://, sqlite:///path) into a Django DATABASES entry."""
+    parsed = urlparse(url)
+    if parsed.scheme == "sqlite":
+        path = unquote(parsed.path)
+        if path.startswith("/") and parsed.netloc == "":
+            path = path[1:] if path.startswith("//") else path
+        name = Path(path) if Path(path).is_absolute() else base_dir / path.lstrip("/")
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": str(name)}
+    if parsed.scheme in {"postgres", "postgresql"}:
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": unquote(parsed.path.lstrip("/")),
+            "USER": unquote(parsed.username or ""),
+            "PASSWORD": unquote(parsed.password or ""),
+            "HOST": parsed.hostname or "",
+            "PORT": str(parsed.port or ""),
+        }
+    raise ImproperlyConfigured(
+        f"DATABASE_URL: unsupported scheme {parsed.scheme!r} (use postgresql:// or sqlite:///)"
+    )

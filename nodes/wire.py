@@ -1,0 +1,225 @@
+"""The Edge <-> Node wire: every message type, defined once, used by both sides.
+
+One JSON message per websocket frame, tagged by ``type``. Decoding validates the
+shape; an unknown type, a missing field or an unknown field is a ``WireError``
+and the receiver closes that connection with the reason (nothing else is
+disturbed). This module imports nothing from Django: the Node agent uses it too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+PROTOCOL_VERSION = 1
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # both sides configure their websocket with this limit
+MAX_EVENT_DATA_CHARS = 512 * 1024  # a run_event larger than this is split by the sender
+NODE_ID_HEADER = "x-iop-node-id"  # plus "authorization: Bearer <token>" on the upgrade request
+
+# Close codes used after accept (4xxx: application-defined).
+CLOSE_PROTOCOL_ERROR = 4400
+CLOSE_UNAUTHORIZED = 4401
+CLOSE_SUPERSEDED = 4409
+CLOSE_HEARTBEAT_TIMEOUT = 4408
+CLOSE_SHUTDOWN = 4503
+
+
+class WireError(ValueError):
+    """A frame that is not a valid message of this protocol version."""
+
+
+class _Msg(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, omit_defaults=True):
+    pass
+
+
+# --- shared pieces ---------------------------------------------------------------------------
+
+
+class SecretRef(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """A secret named by reference and resolved on the machine that uses it."""
+
+    env: str | None = None
+    file: str | None = None
+
+
+class AuthSpec(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """How a provider credential is put on the upstream request."""
+
+    type: str = "none"  # none | bearer | header
+    header: str = "Authorization"
+    scheme: str = "Bearer"
+
+
+class ProviderPayload(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """One provider as the Node runs it, compiled provider-first by the Edge (R-NODE-2)."""
+
+    id: str
+    label: str
+    adapter: str  # openai_compat | ollama | cli
+    driver: str  # openai_chat | anthropic_messages | openai_responses | ollama | cli
+    operations: dict[str, str] = {}  # operation -> complete upstream URL (R-PROF-6)
+    auth: AuthSpec = msgspec.field(default_factory=AuthSpec)
+    credential: SecretRef | None = None
+    headers: dict[str, str] = {}  # static, non-secret extra headers
+    capabilities: list[str] = []
+    model_mapping: dict[str, str] = {}
+    served_models: dict[str, str] = {}  # model group -> served model name
+    command: list[str] | None = None  # cli adapter
+    env: dict[str, SecretRef] = {}  # cli adapter: extra environment, by reference
+    first_byte_timeout_s: float = 60.0
+    idle_timeout_s: float = 120.0
+    run_timeout_s: float | None = None  # cli adapter: whole-run limit
+    extensions: dict[str, Any] = {}
+
+
+class NodePayload(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    node_id: str
+    revision: str  # content hash of this payload; equal payloads have equal revisions
+    providers: list[ProviderPayload] = []
+
+
+class Usage(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    estimated: bool = False
+
+
+class RunError(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """A run's failure. ``code`` is stable: upstream_error, upstream_timeout, cancelled,
+    node_shutdown, node_gone, bad_request, unknown_provider."""
+
+    code: str
+    message: str
+    retryable: bool = False
+    status: int | None = None  # the upstream's HTTP status, when there was one
+
+
+# --- Node -> Edge ---------------------------------------------------------------------------
+
+
+class Register(_Msg, tag="register"):
+    node_id: str
+    protocol: int = PROTOCOL_VERSION
+    agent_version: str = ""
+
+
+class Ready(_Msg, tag="ready"):
+    generation: int
+    revision: str
+
+
+class RunEvent(_Msg, tag="run_event"):
+    """Output of a run, in order: SSE text for streams, the body for non-streams.
+    One frame may carry several upstream chunks that arrived together."""
+
+    run_id: str
+    data: str
+
+
+class RunEnd(_Msg, tag="run_end"):
+    """The one terminal message of a run."""
+
+    run_id: str
+    ok: bool
+    error: RunError | None = None
+    usage: Usage | None = None
+
+
+class ConfigRefreshAck(_Msg, tag="config_refresh_ack"):
+    revision: str
+    ok: bool = True
+    error: str | None = None
+
+
+class Ping(_Msg, tag="ping"):
+    ts: float = 0.0
+
+
+class Pong(_Msg, tag="pong"):
+    ts: float = 0.0
+
+
+# --- Edge -> Node ---------------------------------------------------------------------------
+
+
+class RegisterResponse(_Msg, tag="register_response"):
+    generation: int
+    payload: NodePayload
+    heartbeat_interval_s: float = 15.0
+    heartbeat_timeout_s: float = 45.0
+
+
+class RunRequest(_Msg, tag="run_request"):
+    """Normalized execution (ollama, cli): ``body`` is an OpenAI chat completions request
+    whose ``model`` is already the provider's served target."""
+
+    run_id: str
+    provider_id: str
+    operation: str
+    stream: bool
+    body: msgspec.Raw
+
+
+class TunnelRequest(_Msg, tag="tunnel_request"):
+    """Passthrough (openai_compat): ``body`` goes upstream as is, to the provider's URL for
+    ``operation``. ``forward_headers`` carries a legacy caller provider token (R-AUTH-2)."""
+
+    run_id: str
+    provider_id: str
+    operation: str
+    stream: bool
+    body: msgspec.Raw
+    forward_headers: dict[str, str] = {}
+
+
+class Cancel(_Msg, tag="cancel"):
+    run_id: str
+
+
+class ConfigRefresh(_Msg, tag="config_refresh"):
+    payload: NodePayload
+
+
+class ErrorMessage(_Msg, tag="error"):
+    """Sent by the Edge before it closes a connection for a reason the Node should log."""
+
+    code: str
+    message: str
+
+
+NodeToEdge = Register | Ready | RunEvent | RunEnd | ConfigRefreshAck | Ping | Pong
+EdgeToNode = (
+    RegisterResponse | RunRequest | TunnelRequest | Cancel | ConfigRefresh | Ping | Pong | ErrorMessage
+)
+
+_encoder = msgspec.json.Encoder()
+_from_node = msgspec.json.Decoder(NodeToEdge)
+_from_edge = msgspec.json.Decoder(EdgeToNode)
+
+
+def encode(message: _Msg) -> bytes:
+    return _encoder.encode(message)
+
+
+def _decode(decoder: msgspec.json.Decoder[Any], frame: bytes | str) -> Any:
+    try:
+        return decoder.decode(frame)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise WireError(str(exc)) from None
+
+
+def decode_from_node(frame: bytes | str) -> NodeToEdge:
+    return _decode(_from_node, frame)  # type: ignore[no-any-return]
+
+
+def decode_from_edge(frame: bytes | str) -> EdgeToNode:
+    return _decode(_from_edge, frame)  # type: ignore[no-any-return]
+
+
+def payload_revision(payload_without_revision: dict[str, Any]) -> str:
+    """A short stable content hash for a node payload (sorted-key JSON)."""
+    import hashlib
+
+    raw = msgspec.json.encode(payload_without_revision, order="sorted")
+    return hashlib.sha256(raw).hexdigest()[:16]
