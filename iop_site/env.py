@@ -33,7 +33,7 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 
 def env_secret(name: str, fallback_file: Path) -> str:
-    """Read NAME, else the file named by NAME_FILE, else a value generated once into fallback_file."""
+    """NAME, else the file named by NAME_FILE, else a value generated once into fallback_file."""
     value = os.environ.get(name)
     if value:
         return value
@@ -42,7 +42,9 @@ def env_secret(name: str, fallback_file: Path) -> str:
         try:
             value = Path(file_name).read_text().strip()
         except OSError as exc:
-            raise ImproperlyConfigured(f"{name}_FILE: cannot read {file_name}: {exc.strerror}") from exc
+            raise ImproperlyConfigured(
+                f"{name}_FILE: cannot read {file_name}: {exc.strerror}"
+            ) from exc
         if not value:
             raise ImproperlyConfigured(f"{name}_FILE: {file_name} is empty")
         return value
@@ -57,7 +59,7 @@ def env_secret(name: str, fallback_file: Path) -> str:
 
 
 def database_from_url(url: str, base_dir: Path) -> dict[str, object]:
-    """Turn DATABASE_URL (postgres://, postgresql://, sqlite:///path) into a Django DATABASES entry."""
+    """DATABASE_URL (postgresql://, sqlite:///path) as a Django DATABASES entry."""
     parsed = urlparse(url)
     if parsed.scheme == "sqlite":
         path = unquote(parsed.path)

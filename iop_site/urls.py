@@ -1,6 +1,12 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
+
+from pool import status
 
 urlpatterns = [
+    path("api/pool/", status.PoolSnapshotView.as_view(), name="api-pool"),
+    path("admin/pool/", status.status_page, name="pool-status"),
+    path("admin/pool/status.json", status.status_json, name="pool-status-json"),
     path("admin/", admin.site.urls),
+    path("api/", include("refresh.urls")),
 ]

@@ -190,7 +190,14 @@ class ErrorMessage(_Msg, tag="error"):
 
 NodeToEdge = Register | Ready | RunEvent | RunEnd | ConfigRefreshAck | Ping | Pong
 EdgeToNode = (
-    RegisterResponse | RunRequest | TunnelRequest | Cancel | ConfigRefresh | Ping | Pong | ErrorMessage
+    RegisterResponse
+    | RunRequest
+    | TunnelRequest
+    | Cancel
+    | ConfigRefresh
+    | Ping
+    | Pong
+    | ErrorMessage
 )
 
 _encoder = msgspec.json.Encoder()

@@ -1,0 +1,102 @@
+"""Auth rules: principal tokens (R-CFG-12) and managed/legacy exclusivity with TLS (R-AUTH-3)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+from catalog.config.addresses import has_userinfo, is_absolute_url
+from catalog.config.errors import Issues, format_path
+from catalog.config.rules.context import Context
+from catalog.config.schema import CredentialPlaneDoc, EdgeDoc
+
+
+def check_principal_tokens(ctx: Context, issues: Issues) -> None:
+    """Duplicate ``token_ref`` or ``token_hash_sha256`` is rejected (R-CFG-12).
+
+    Reads the entries as written, so a duplicate is reported even beside other token errors.
+    """
+    entries = ctx.parsed.raw_sections["openai"].get("principal_tokens")
+    if not isinstance(entries, list):
+        return
+    for key in ("token_ref", "token_hash_sha256"):
+        first: dict[str, int] = {}
+        for index, entry in enumerate(entries):
+            value = entry.get(key) if isinstance(entry, Mapping) else None
+            if not isinstance(value, str):
+                continue
+            if value in first:
+                where = format_path(("openai", "principal_tokens", first[value]))
+                issues.add(
+                    ("openai", "principal_tokens", index, key), f"duplicate (first at {where})"
+                )
+            else:
+                first[value] = index
+
+
+def check_endpoint_userinfo(ctx: Context, issues: Issues) -> None:
+    """No ``user:password@`` in any endpoint: credentials are secret references only."""
+    message = "must not carry user-info (user:password@); use credential: {env: ...}"
+    for item, doc in ctx.valid_providers():
+        if doc.base_url and has_userinfo(doc.base_url):
+            issues.add((*item.path, "base_url"), message)
+    for name, profile in ctx.parsed.profiles.items():
+        if profile.doc is None:
+            continue
+        if profile.doc.base_url and has_userinfo(profile.doc.base_url):
+            issues.add(("protocol_profiles", name, "base_url"), message)
+        for op, path in (profile.doc.operations or {}).items():
+            if is_absolute_url(path) and has_userinfo(path):
+                issues.add(("protocol_profiles", name, "operations", op), message)
+
+
+def check_control_plane(ctx: Context, issues: Issues) -> None:
+    """The control-plane connector URL is http(s)/ws(s); managed mode needs it enabled over TLS."""
+    plane = ctx.parsed.section("credential_plane", CredentialPlaneDoc)
+    connector = plane.control_plane if plane else None
+    if plane is None or connector is None:
+        return
+    path = ("credential_plane", "control_plane")
+    try:
+        parts = urlsplit(connector.url)
+    except ValueError:
+        parts = urlsplit("")
+    if parts.scheme not in ("http", "https", "ws", "wss") or not parts.hostname:
+        issues.add((*path, "url"), "must be an http(s):// or ws(s):// URL with a host")
+    elif has_userinfo(connector.url):
+        issues.add((*path, "url"), "must not carry user-info (user:password@)")
+    elif plane.enabled and parts.scheme not in ("https", "wss"):
+        issues.add((*path, "url"), "must use TLS (https:// or wss://) in managed mode")
+    if plane.enabled:
+        if not connector.enabled:
+            issues.add((*path, "enabled"), "must be true when credential_plane.enabled")
+        if connector.tls is None:
+            issues.add((*path, "tls"), "is required when credential_plane.enabled")
+
+
+def check_credential_plane(ctx: Context, issues: Issues) -> None:
+    """R-AUTH-3: managed mode needs TLS on every hop and rejects every legacy credential source."""
+    if not ctx.managed:
+        return
+    why = "is not allowed when credential_plane.enabled (managed mode)"
+    need = "is required when credential_plane.enabled (managed mode)"
+    edge = ctx.parsed.section("edge", EdgeDoc)
+    if edge is not None and edge.tls is None:
+        issues.add(("edge", "tls"), need)
+    plane = ctx.parsed.section("credential_plane", CredentialPlaneDoc)
+    if plane is not None and plane.control_plane is None:
+        issues.add(("credential_plane", "control_plane"), need)
+    openai = ctx.openai
+    if openai is not None:
+        if openai.enabled and openai.tls is None:
+            issues.add(("openai", "tls"), f"{need} and openai.enabled")
+        if openai.bearer_token is not None:
+            issues.add(("openai", "bearer_token"), why)
+        if openai.principal_tokens:
+            issues.add(("openai", "principal_tokens"), why)
+        if openai.provider_auth.enabled:
+            issues.add(("openai", "provider_auth", "enabled"), why)
+    for item, doc in ctx.valid_providers():
+        for key in ("credential", "headers", "env"):
+            if getattr(doc, key):
+                issues.add((*item.path, key), why)

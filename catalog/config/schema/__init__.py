@@ -1,0 +1,27 @@
+"""The typed shape of an Edge config document (pydantic, strict, unknown keys rejected)."""
+
+from catalog.config.schema.base import Doc, issues_from, validate_into
+from catalog.config.schema.catalog import AuthDoc, ModelDoc, NodeDoc, ProfileDoc, ProviderDoc
+from catalog.config.schema.openai import OpenAIDoc
+from catalog.config.schema.sections import (
+    AdminDoc,
+    CredentialPlaneDoc,
+    EdgeDoc,
+    ProviderPoolDoc,
+)
+
+__all__ = [
+    "AdminDoc",
+    "AuthDoc",
+    "CredentialPlaneDoc",
+    "Doc",
+    "EdgeDoc",
+    "ModelDoc",
+    "NodeDoc",
+    "OpenAIDoc",
+    "ProfileDoc",
+    "ProviderDoc",
+    "ProviderPoolDoc",
+    "issues_from",
+    "validate_into",
+]

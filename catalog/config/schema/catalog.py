@@ -1,0 +1,92 @@
+"""Catalog sections: protocol profile overlays, nodes with providers, model groups."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from catalog.config.schema.base import (
+    Doc,
+    EnvName,
+    HeaderName,
+    HttpUrl,
+    Identifier,
+    JsonObject,
+    Label,
+    ModelId,
+    NonEmpty,
+    Secret,
+    Sha256Hex,
+)
+
+DriverName = Literal["openai_chat", "anthropic_messages", "openai_responses", "ollama", "cli"]
+CapabilityName = Literal[
+    "messages", "chat", "responses", "streaming", "tool_calling", "count_tokens", "models"
+]
+LegacyType = Literal["openai_compat", "cli", "ollama", "seulgivibe_claude", "seulgivibe_openai"]
+PositiveMs = Annotated[int, Field(ge=1)]
+
+
+class AuthDoc(Doc):
+    """An overlay of ``auth``: omitted fields are inherited from the base profile."""
+
+    type: Literal["none", "bearer", "header"] | None = None
+    header: HeaderName | None = None
+    scheme: str | None = None
+
+
+class ProfileDoc(Doc):
+    """``protocol_profiles.<name>``: an overlay; omitted fields come from ``base`` (R-PROF-1)."""
+
+    base: Identifier | None = None
+    driver: DriverName | None = None
+    base_url: HttpUrl | None = None
+    operations: dict[Identifier, NonEmpty] | None = None
+    auth: AuthDoc | None = None
+    capabilities: list[CapabilityName] | None = None
+    model_mapping: dict[NonEmpty, NonEmpty] | None = None
+    extensions: JsonObject | None = None
+
+
+class ProviderDoc(Doc):
+    """``nodes[].providers[]``: one provider resource (R-CFG-3, R-CFG-8)."""
+
+    id: Identifier
+    profile: Identifier | None = None
+    type: LegacyType | None = None
+    label: Label | None = None
+    base_url: HttpUrl | None = None
+    capacity: Annotated[int, Field(ge=1)] = 1
+    long_context_capacity: Annotated[int, Field(ge=0)] = 0
+    context_window_tokens: Annotated[int, Field(ge=1)] | None = None
+    priority: int = 100
+    enabled: bool = True
+    command: Annotated[list[NonEmpty], Field(min_length=1)] | None = None
+    credential: Secret | None = None
+    headers: dict[HeaderName, str] | None = None
+    env: dict[EnvName, Secret] | None = None
+    first_byte_timeout_ms: PositiveMs = 60000
+    idle_timeout_ms: PositiveMs = 120000
+    run_timeout_ms: PositiveMs | None = None
+    concurrency: Annotated[int, Field(ge=0)] | None = None  # R-CFG-13: metadata only
+    # Legacy per-provider queue keys, promoted to provider_pool at load (R-CFG-7).
+    max_queue: Annotated[int, Field(ge=0)] | None = None
+    queue_timeout_ms: Annotated[int, Field(ge=0)] | None = None
+
+
+class NodeDoc(Doc):
+    """``nodes[]`` without its providers, which are validated one by one."""
+
+    id: Identifier
+    alias: Label | None = None
+    token_hash_sha256: Sha256Hex
+    providers: list[Any] = Field(default_factory=list)
+
+
+class ModelDoc(Doc):
+    """``models[]``: a model group and its provider -> served model mapping (R-CFG-1, 2, 4)."""
+
+    id: ModelId
+    usage_attribution: Literal["provider", "model_group"] = "provider"
+    providers: Annotated[dict[NonEmpty, NonEmpty], Field(min_length=1)]

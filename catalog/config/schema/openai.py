@@ -1,0 +1,83 @@
+"""The ``openai`` section: ingress, caller auth, principal tokens and the Stream Evidence Gate."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from catalog.config.schema.base import (
+    Doc,
+    HeaderName,
+    Identifier,
+    Label,
+    Listen,
+    Secret,
+    Sha256Hex,
+    matching,
+)
+from catalog.config.schema.sections import ServerTLSDoc
+
+DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
+
+# daphne drops inbound header names that contain "_", so the caller-facing header may not.
+InboundHeader = Annotated[HeaderName, matching(r"[^_]+", "must not contain '_'")]
+AuthScheme = Annotated[str, matching(r"[!#$%&'*+.^_`|~0-9A-Za-z-]*", "must be a single token")]
+
+
+class PrincipalTokenDoc(Doc):
+    """One caller token known by its sha256 only (R-CFG-12)."""
+
+    token_ref: Identifier
+    token_hash_sha256: Sha256Hex
+    principal_ref: Label
+    alias: Label | None = None
+
+
+class ProviderAuthDoc(Doc):
+    """Legacy caller-supplied provider token forwarding; omitted fields take R-AUTH-2 defaults."""
+
+    enabled: bool = False
+    from_header: InboundHeader = "X-IOP-Provider-Authorization"
+    target_header: HeaderName = "Authorization"
+    scheme: AuthScheme = "Bearer"
+    required: bool = True
+
+
+class StrategyCapsDoc(Doc):
+    """Per-strategy recovery caps; an omitted cap is the request total (R-SEG-2)."""
+
+    resample: Annotated[int, Field(ge=0, le=3)] | None = None
+    switch_provider: Annotated[int, Field(ge=0, le=3)] | None = None
+
+
+class StreamFilterDoc(Doc):
+    """One filter; ``hold_evidence_runes`` is the look-behind window in characters (R-SEG-3)."""
+
+    type: Literal["repeat_guard"]
+    hold_evidence_runes: Annotated[int, Field(ge=1, le=65536)] = 500
+
+
+class StreamEvidenceGateDoc(Doc):
+    """``openai.stream_evidence_gate`` (R-SEG-1, R-SEG-2)."""
+
+    enabled: bool = False
+    request_fault_recovery: Annotated[int, Field(ge=0, le=3)] = 1
+    strategy_caps: StrategyCapsDoc = Field(default_factory=StrategyCapsDoc)
+    ingress_snapshot_bytes: Annotated[int, Field(ge=1, le=16777216)] = 1048576
+    filters: list[StreamFilterDoc] = Field(default_factory=list)
+
+
+class OpenAIDoc(Doc):
+    """``openai``: the OpenAI-compatible ingress."""
+
+    enabled: bool = True
+    listen: Listen = "127.0.0.1:8080"
+    tls: ServerTLSDoc | None = None
+    long_context_threshold_tokens: Annotated[int, Field(gt=0)] = 100000
+    max_request_bytes: Annotated[int, Field(ge=1024)] = DEFAULT_MAX_REQUEST_BYTES
+    bearer_token: Secret | None = None
+    metrics_token: Secret | None = None
+    principal_tokens: list[PrincipalTokenDoc] = Field(default_factory=list)
+    provider_auth: ProviderAuthDoc = Field(default_factory=ProviderAuthDoc)
+    stream_evidence_gate: StreamEvidenceGateDoc = Field(default_factory=StreamEvidenceGateDoc)

@@ -1,0 +1,62 @@
+"""Root sections: edge, admin, provider_pool, credential_plane, and the TLS shapes."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from catalog.config.schema.base import Doc, FileRef, Identifier, Listen, LoopbackListen, NonEmpty
+
+
+class ServerTLSDoc(Doc):
+    """A listener's certificate and key files (and an optional client CA for mutual TLS)."""
+
+    cert_file: FileRef
+    key_file: FileRef
+    client_ca_file: FileRef | None = None
+
+
+class EdgeDoc(Doc):
+    """``edge``: identity and the Node websocket listener."""
+
+    id: Identifier = "edge-local"
+    listen: Listen = "127.0.0.1:7700"
+    bootstrap_dir: NonEmpty = "var/bootstrap"
+    tls: ServerTLSDoc | None = None
+
+
+class AdminDoc(Doc):
+    """``admin``: the operator-local refresh listener (loopback only, R-REF-1)."""
+
+    listen: LoopbackListen = "127.0.0.1:7701"
+
+
+class ProviderPoolDoc(Doc):
+    """``provider_pool``: the one root queue policy (R-CFG-7); None means omitted."""
+
+    max_queue: Annotated[int, Field(ge=0)] | None = None
+    queue_timeout_ms: Annotated[int, Field(ge=0)] | None = None
+
+
+class ClientTLSDoc(Doc):
+    """TLS settings of an outbound connector; every value is a file reference."""
+
+    ca_file: FileRef | None = None
+    cert_file: FileRef | None = None
+    key_file: FileRef | None = None
+
+
+class ControlPlaneDoc(Doc):
+    """``credential_plane.control_plane``: the managed-mode connector (R-AUTH-3)."""
+
+    enabled: bool = True
+    url: Annotated[str, Field(min_length=1)]
+    tls: ClientTLSDoc | None = None
+
+
+class CredentialPlaneDoc(Doc):
+    """``credential_plane``: managed credential mode switch (R-AUTH-3..6)."""
+
+    enabled: bool = False
+    control_plane: ControlPlaneDoc | None = None

@@ -1,0 +1,198 @@
+"""The validated, immutable Edge snapshot that the pool, mapper, HTTP surface and refresh read."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+from catalog.config.addresses import HostPort
+from catalog.config.profiles.model import RuntimeProfile
+from catalog.config.secrets import SecretRef
+
+UsageAttribution = Literal["provider", "model_group"]
+
+
+def _empty() -> Mapping[str, Any]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class TLSFiles:
+    """A server certificate and key, both external file references (R-AUTH-4)."""
+
+    cert_file: str
+    key_file: str
+    client_ca_file: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderSpec:
+    """One provider resource on a Node: its profile, pool figures and adapter settings."""
+
+    id: str
+    node_id: str
+    label: str
+    profile: RuntimeProfile
+    capacity: int = 1
+    long_context_capacity: int = 0
+    context_window_tokens: int | None = None
+    priority: int = 100
+    enabled: bool = True
+    command: tuple[str, ...] | None = None
+    credential: SecretRef | None = None
+    headers: Mapping[str, str] = field(default_factory=_empty, hash=False)
+    env: Mapping[str, SecretRef] = field(default_factory=_empty, hash=False)
+    first_byte_timeout_ms: int = 60000
+    idle_timeout_ms: int = 120000
+    run_timeout_ms: int | None = None
+    concurrency: int | None = None  # R-CFG-13: legacy metadata, never an admission limit
+
+    @property
+    def adapter(self) -> str:
+        """The Node adapter kind: openai_compat, ollama or cli."""
+        return self.profile.adapter
+
+    @property
+    def base_url(self) -> str | None:
+        """The effective upstream base URL (the provider's own, else the profile's)."""
+        return self.profile.base_url
+
+    @property
+    def total_context_tokens(self) -> int:
+        """R-CFG-8: the static long-context budget, context window times long slots."""
+        return (self.context_window_tokens or 0) * self.long_context_capacity
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """A Node: identity, token hash and its provider catalog (R-CFG-3)."""
+
+    id: str
+    alias: str | None
+    token_hash_sha256: str
+    providers: tuple[ProviderSpec, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ModelGroup:
+    """An external model key and the served model name of each of its providers (R-CFG-1, 2)."""
+
+    id: str
+    usage_attribution: UsageAttribution = "provider"
+    providers: Mapping[str, str] = field(default_factory=_empty, hash=False)
+
+
+@dataclass(frozen=True, slots=True)
+class PrincipalToken:
+    """A caller token known only by its sha256 (R-CFG-12)."""
+
+    token_ref: str
+    token_hash_sha256: str
+    principal_ref: str
+    alias: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderAuth:
+    """Legacy forwarding of a caller-supplied provider token (R-AUTH-2)."""
+
+    enabled: bool = False
+    from_header: str = "X-IOP-Provider-Authorization"
+    target_header: str = "Authorization"
+    scheme: str = "Bearer"
+    required: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFilter:
+    """One Stream Evidence Gate filter (R-SEG-3)."""
+
+    type: str
+    hold_evidence_runes: int = 500
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEvidenceGate:
+    """Stream Evidence Gate settings; restart-required (R-SEG-1, R-SEG-2)."""
+
+    enabled: bool = False
+    request_fault_recovery: int = 1
+    strategy_caps: Mapping[str, int] = field(default_factory=_empty, hash=False)
+    ingress_snapshot_bytes: int = 1048576
+    filters: tuple[StreamFilter, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ControlPlane:
+    """The managed-mode control-plane connector (R-AUTH-3)."""
+
+    enabled: bool
+    url: str
+    tls: bool = False
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeSnapshot:
+    """Everything the running Edge reads, validated as a whole; built only by ``load_snapshot``.
+
+    Read-only mappings are left out of hashing (they are not hashable); equality covers all.
+    """
+
+    document_json: str
+    edge_id: str
+    bootstrap_dir: str
+    edge_listen: HostPort
+    edge_tls: TLSFiles | None
+    admin_listen: HostPort
+    openai_enabled: bool
+    openai_listen: HostPort
+    openai_tls: TLSFiles | None
+    long_context_threshold_tokens: int
+    max_request_bytes: int
+    bearer_token: SecretRef | None
+    metrics_token: SecretRef | None
+    principal_tokens: tuple[PrincipalToken, ...]
+    provider_auth: ProviderAuth
+    stream_evidence_gate: StreamEvidenceGate
+    max_queue: int
+    queue_timeout_ms: int
+    credential_plane_enabled: bool
+    control_plane: ControlPlane | None
+    profiles: Mapping[str, RuntimeProfile] = field(hash=False)
+    nodes: tuple[NodeSpec, ...]
+    providers: Mapping[str, ProviderSpec] = field(hash=False)
+    models: Mapping[str, ModelGroup] = field(hash=False)
+    _nodes_by_id: Mapping[str, NodeSpec] = field(repr=False, compare=False)
+    _tokens_by_hash: Mapping[str, PrincipalToken] = field(repr=False, compare=False)
+    _served_by_provider: Mapping[str, Mapping[str, str]] = field(repr=False, compare=False)
+
+    @property
+    def document(self) -> dict[str, Any]:
+        """A fresh copy of the canonical document (defaults applied, legacy keys promoted)."""
+        loaded: dict[str, Any] = json.loads(self.document_json)
+        return loaded
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the canonical document with sorted keys: equal documents, equal digests."""
+        canonical = json.dumps(self.document, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def node(self, node_id: str) -> NodeSpec | None:
+        """The Node with this id, or None."""
+        return self._nodes_by_id.get(node_id)
+
+    def principal_for_hash(self, token_hash_sha256: str) -> PrincipalToken | None:
+        """The principal token entry with this sha256 hex, or None."""
+        return self._tokens_by_hash.get(token_hash_sha256)
+
+    def served_models(self, provider_id: str) -> Mapping[str, str]:
+        """Model group id -> served model name for every group that maps ``provider_id``."""
+        return self._served_by_provider.get(provider_id, MappingProxyType({}))

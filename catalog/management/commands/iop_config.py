@@ -1,0 +1,84 @@
+"""`manage.py iop_config validate|import|export`: config files <-> the catalog tables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from catalog.config import ConfigError, load_snapshot, parse_text
+from catalog.documents import catalog_is_empty, catalog_to_document, document_to_catalog
+from catalog.forms import issue_lines
+from catalog.models import ModelGroup, Node, Provider
+
+
+class Command(BaseCommand):
+    help = "Validate a config file, import it into the catalog, or export the catalog."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        actions = parser.add_subparsers(dest="action", required=True)
+        validate = actions.add_parser("validate", help="Check a config file; print every error.")
+        validate.add_argument("file", help="YAML or JSON config document")
+        load = actions.add_parser("import", help="Replace the whole catalog with a config file.")
+        load.add_argument("file", help="YAML or JSON config document")
+        load.add_argument(
+            "--if-empty",
+            action="store_true",
+            help="Import only when the catalog holds nothing yet (first start).",
+        )
+        export = actions.add_parser("export", help="Print the catalog as a config document.")
+        export.add_argument("--format", choices=("yaml", "json"), default="yaml")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        action = options["action"]
+        if action == "validate":
+            self.read_valid(options["file"])
+            self.stdout.write("ok")
+        elif action == "import":
+            self.import_file(options["file"], if_empty=options["if_empty"])
+        else:
+            self.stdout.write(render(catalog_to_document(), options["format"]), ending="")
+
+    def import_file(self, file: str, *, if_empty: bool) -> None:
+        if if_empty and not catalog_is_empty():
+            self.stdout.write("catalog not empty: nothing imported")
+            return
+        document = self.read_valid(file)
+        try:
+            document_to_catalog(document)
+        except ConfigError as exc:  # validated above; kept for a file changed in between
+            self.fail(file, exc)
+        self.stdout.write(
+            f"imported {file}: {Node.objects.count()} nodes, {Provider.objects.count()} "
+            f"providers, {ModelGroup.objects.count()} model groups"
+        )
+
+    def read_valid(self, file: str) -> dict[str, Any]:
+        """Read, parse and validate `file`; on any issue print them all and fail."""
+        path = Path(file)
+        try:
+            text = path.read_bytes()
+        except OSError as exc:
+            raise CommandError(f"{file}: cannot read ({exc.strerror})") from None
+        try:
+            document = parse_text(text)
+            load_snapshot(document)
+        except ConfigError as exc:
+            self.fail(file, exc)
+        return document
+
+    def fail(self, file: str, exc: ConfigError) -> NoReturn:
+        lines = issue_lines(exc)
+        for line in lines:
+            self.stderr.write(line)
+        raise CommandError(f"{file}: {len(lines)} error(s); nothing changed")
+
+
+def render(document: dict[str, Any], fmt: str) -> str:
+    """The document as YAML (document order kept) or indented JSON."""
+    if fmt == "json":
+        return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    return yaml.safe_dump(document, sort_keys=False, allow_unicode=True, default_flow_style=False)

@@ -1,0 +1,98 @@
+"""ASGI entry: one process, three listeners, routed by the port that accepted the socket.
+
+- ``edge.listen``: the Node websocket at /ws/node.
+- ``openai.listen``: /v1/* as a plain ASGI app (no Django stack on the hot path), and
+  Django (admin, REST API, status page) for everything else.
+- ``admin.listen`` (loopback only): POST /refresh and /metrics.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "iop_site.settings")
+
+from django.core.asgi import get_asgi_application
+
+if TYPE_CHECKING:
+    from pool.runtime import EdgeRuntime
+
+Scope = MutableMapping[str, Any]
+ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
+
+django_application = get_asgi_application()
+
+
+async def not_found(scope: Scope, receive: Any, send: Any) -> None:
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close"})
+        return
+    body = (
+        b'{"error":{"message":"not found","type":"invalid_request_error",'
+        b'"param":null,"code":"not_found"}}'
+    )
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 404,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _lifespan(receive: Any, send: Any) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def build_application(runtime: EdgeRuntime | None) -> ASGIApp:
+    """The process's ASGI app; without a runtime it serves Django only."""
+    if runtime is None:
+        return django_application  # type: ignore[no-any-return]
+
+    from nodes.consumer import NodeConsumer
+    from pool.adminapp import AdminApp
+    from pool.http.app import OpenAIApp
+
+    snapshot = runtime.snapshot
+    node_ws = NodeConsumer.as_asgi(hub=runtime.hub)
+    openai_app = OpenAIApp(runtime)
+    admin_app = AdminApp(runtime)
+    roles = {
+        snapshot.edge_listen.port: "edge",
+        snapshot.admin_listen.port: "admin",
+        snapshot.openai_listen.port: "openai",
+    }
+
+    async def application(scope: Scope, receive: Any, send: Any) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await _lifespan(receive, send)
+            return
+        server = scope.get("server") or (None, None)
+        role = roles.get(server[1])
+        path = scope.get("path", "")
+        if role == "openai" and kind == "http":
+            if path.startswith("/v1/") or path == "/metrics":
+                await openai_app(scope, receive, send)
+            else:
+                await django_application(scope, receive, send)
+        elif role == "edge" and kind == "websocket" and path == "/ws/node":
+            await node_ws(scope, receive, send)
+        elif role == "admin" and kind == "http":
+            await admin_app(scope, receive, send)
+        else:
+            await not_found(scope, receive, send)
+
+    return application
+
+
+application = build_application(None)

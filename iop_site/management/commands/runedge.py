@@ -1,0 +1,39 @@
+"""python manage.py runedge [--config FILE]: start the Edge on the listeners of its config."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+
+class Command(BaseCommand):
+    help = "Start the Edge (Node websocket, OpenAI-compatible API, admin) under daphne."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--config", help="config file to make the active revision (config as code)"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from catalog.config import ConfigError
+        from iop_site.server import serve
+        from refresh.startup import startup_snapshot
+
+        try:
+            snapshot = startup_snapshot(options.get("config"))
+        except ConfigError as exc:
+            for issue in exc.issues:
+                self.stderr.write(str(issue))
+            raise CommandError(f"invalid config: {len(exc.issues)} error(s)") from None
+        listeners = {"edge": snapshot.edge_listen, "admin": snapshot.admin_listen}
+        if snapshot.openai_enabled:
+            listeners["openai"] = snapshot.openai_listen
+
+        def ready() -> None:
+            names = " ".join(f"{role}=http://{listen}" for role, listen in listeners.items())
+            sys.stdout.write(f"IOP Edge ready: {names}\n")
+            sys.stdout.flush()
+
+        serve(snapshot, on_ready=ready)

@@ -1,0 +1,46 @@
+"""Start the Edge under daphne on the listeners of the active snapshot."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from catalog.config import EdgeSnapshot, HostPort
+from nodes import wire
+
+log = logging.getLogger("iop.edge")
+
+
+def endpoint(listen: HostPort, backlog: int = 1024) -> str:
+    """A Twisted endpoint string; IPv6 colons are escaped, the backlog raised from 50."""
+    host = listen.host.strip("[]").replace(":", r"\:")
+    return f"tcp:port={listen.port}:interface={host}:backlog={backlog}"
+
+
+def serve(snapshot: EdgeSnapshot, *, on_ready: Callable[[], None] | None = None) -> None:
+    """Run until SIGINT/SIGTERM. daphne.server must be imported before the reactor."""
+    import daphne.server  # noqa: F401  (installs the asyncio reactor first)
+    from daphne.server import Server
+
+    from iop_site.asgi import build_application
+    from pool.apps import attach_runtime
+    from pool.runtime import EdgeRuntime
+
+    runtime = EdgeRuntime(snapshot)
+    attach_runtime(runtime)
+    listeners = [snapshot.edge_listen, snapshot.admin_listen]
+    if snapshot.openai_enabled:
+        listeners.append(snapshot.openai_listen)
+    server = Server(
+        build_application(runtime),
+        endpoints=[endpoint(listen) for listen in listeners],
+        signal_handlers=True,
+        action_logger=None,  # the access log writes synchronously on the loop (FIELD-NOTES)
+        websocket_timeout=-1,  # never drop Nodes after a day
+        websocket_max_message_size=wire.MAX_MESSAGE_BYTES,
+        websocket_max_frame_size=wire.MAX_MESSAGE_BYTES,
+        application_close_timeout=10,
+        ready_callable=on_ready,
+        verbosity=0,
+    )
+    server.run()

@@ -1,0 +1,72 @@
+"""The Node websocket endpoint at /ws/node: a thin consumer over ``NodeHub``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.consumer import AsyncConsumer
+from channels.exceptions import StopConsumer
+
+from nodes import wire
+from nodes.hub import NodeHub, NodeSession
+
+
+def _header(scope: dict[str, Any], name: bytes) -> str:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return str(value.decode("latin-1"))
+    return ""
+
+
+class NodeConsumer(AsyncConsumer):
+    """Authenticates before accept, then hands every frame to the hub.
+
+    ``dispatch`` is overridden on purpose: Channels would close old database
+    connections (a thread hop) before every frame, and this consumer never
+    touches the ORM (FIELD-NOTES: Channels consumers).
+    """
+
+    channel_layer_alias = "__iop_no_layer__"  # no channel layer: frames go straight to the hub
+
+    def __init__(self, hub: NodeHub) -> None:
+        super().__init__()
+        self.hub = hub
+        self.session: NodeSession | None = None
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind == "websocket.receive":
+            if self.session is not None:
+                data = message.get("bytes")
+                await self.hub.receive(self.session, data if data is not None else message["text"])
+        elif kind == "websocket.connect":
+            await self._connect()
+        elif kind == "websocket.disconnect":
+            if self.session is not None:
+                await self.hub.disconnect(self.session)
+            raise StopConsumer
+
+    async def _connect(self) -> None:
+        node_id = _header(self.scope, wire.NODE_ID_HEADER.encode())
+        auth = _header(self.scope, b"authorization")
+        token = auth[7:] if auth[:7].lower() == "bearer " else ""
+        if not node_id or not token or not self.hub.authenticate(node_id, token):
+            await self.send({"type": "websocket.close"})  # before accept: HTTP 403
+            return
+        await self.send({"type": "websocket.accept"})
+        self.session = await self.hub.connect(node_id, _Transport(self))
+
+
+class _Transport:
+    """What the hub needs of a connection: send a frame, close with a code."""
+
+    __slots__ = ("_consumer",)
+
+    def __init__(self, consumer: NodeConsumer) -> None:
+        self._consumer = consumer
+
+    async def send(self, frame: bytes) -> None:
+        await self._consumer.send({"type": "websocket.send", "bytes": frame})
+
+    async def close(self, code: int) -> None:
+        await self._consumer.send({"type": "websocket.close", "code": code})

@@ -1,0 +1,302 @@
+"""The Edge's side of the Node wire: sessions, generations, readiness and runs (no Django).
+
+One ``NodeSession`` per websocket connection. A session is *pending* until its Node
+has applied the register payload and sent ``ready``; only then is it dispatch-ready
+(R-NODE-1): its providers become pool candidates, it receives refresh pushes, and
+the pool re-evaluates its waiters. The newest connection of a node wins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import msgspec
+
+from catalog.config import EdgeSnapshot
+from nodes import wire
+from nodes.payload import compile_payload
+from nodes.runs import RunChannel, RunSpec
+from pool.engine import Lease, ProviderPool
+
+log = logging.getLogger("iop.nodes")
+
+PENDING, READY, CLOSED = "pending", "ready", "closed"
+
+
+class Transport(Protocol):
+    async def send(self, frame: bytes) -> None: ...
+    async def close(self, code: int) -> None: ...
+
+
+class NodeUnavailable(Exception):
+    """The lease's Node has no dispatch-ready connection any more."""
+
+
+class NodeSession:
+    __slots__ = ("generation", "last_seen", "node_id", "revision", "runs", "state", "transport")
+
+    def __init__(self, node_id: str, generation: int, transport: Transport, now: float) -> None:
+        self.node_id = node_id
+        self.generation = generation
+        self.transport = transport
+        self.state = PENDING
+        self.revision = ""
+        self.runs: dict[str, RunChannel] = {}
+        self.last_seen = now
+
+
+class NodeHub:
+    """Owns every Node connection; the pool learns readiness only from here."""
+
+    def __init__(
+        self,
+        snapshot: Callable[[], EdgeSnapshot],
+        pool: ProviderPool,
+        *,
+        heartbeat_interval_s: float = 15.0,
+        heartbeat_timeout_s: float = 45.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._snapshot = snapshot
+        self._pool = pool
+        self._clock = clock
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.sessions: dict[str, NodeSession] = {}
+        self._generations = itertools.count(1)
+        self._run_ids = itertools.count(1)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._heartbeat: asyncio.Task[None] | None = None
+
+    # --- connections -------------------------------------------------------------------------
+
+    def authenticate(self, node_id: str, token: str) -> bool:
+        """Constant-time check of a node token against the configured sha256 (before accept)."""
+        node = self._snapshot().node(node_id)
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        expected = node.token_hash_sha256 if node is not None else "0" * 64
+        return hmac.compare_digest(digest, expected) and node is not None
+
+    async def connect(self, node_id: str, transport: Transport) -> NodeSession:
+        """A new accepted connection: it supersedes any older one of the same node."""
+        session = NodeSession(node_id, next(self._generations), transport, self._clock())
+        old = self.sessions.get(node_id)
+        self.sessions[node_id] = session
+        if old is not None:
+            log.info(
+                "node %s: generation %s superseded by %s",
+                node_id,
+                old.generation,
+                session.generation,
+            )
+            await self._end_session(old, "node connection superseded by a newer one")
+            self._spawn(old.transport.close(wire.CLOSE_SUPERSEDED))
+        self._ensure_heartbeat()
+        return session
+
+    async def disconnect(self, session: NodeSession) -> None:
+        await self._end_session(session, "node disconnected")
+        if self.sessions.get(session.node_id) is session:
+            del self.sessions[session.node_id]
+
+    async def _end_session(self, session: NodeSession, reason: str) -> None:
+        if session.state == CLOSED:
+            return
+        was_ready = session.state == READY
+        session.state = CLOSED
+        runs = list(session.runs.values())
+        session.runs.clear()
+        for channel in runs:
+            channel.fail("node_gone", reason)
+        if was_ready:
+            self._pool.node_gone(session.node_id, session.generation)
+
+    # --- frames from a Node -----------------------------------------------------------------
+
+    async def receive(self, session: NodeSession, frame: bytes | str) -> None:
+        session.last_seen = self._clock()
+        try:
+            message = wire.decode_from_node(frame)
+            await self._handle(session, message)
+        except wire.WireError as exc:
+            await self.refuse(session, "protocol_error", f"malformed message: {exc}")
+
+    async def refuse(self, session: NodeSession, code: str, message: str) -> None:
+        """Tell the Node why, then close this connection only."""
+        log.warning("node %s generation %s: %s", session.node_id, session.generation, message)
+        await self._end_session(session, message)
+        if self.sessions.get(session.node_id) is session:
+            del self.sessions[session.node_id]
+        await session.transport.send(wire.encode(wire.ErrorMessage(code=code, message=message)))
+        await session.transport.close(wire.CLOSE_PROTOCOL_ERROR)
+
+    async def _handle(self, session: NodeSession, message: wire.NodeToEdge) -> None:
+        if session.state == CLOSED:
+            return
+        if isinstance(message, wire.RunEvent):
+            channel = session.runs.get(message.run_id)
+            if channel is not None:
+                channel.feed(message.data)
+        elif isinstance(message, wire.RunEnd):
+            channel = session.runs.pop(message.run_id, None)
+            if channel is not None:
+                channel.finish(message)
+        elif isinstance(message, wire.Register):
+            await self._on_register(session, message)
+        elif isinstance(message, wire.Ready):
+            await self._on_ready(session, message)
+        elif isinstance(message, wire.Ping):
+            await session.transport.send(wire.encode(wire.Pong(ts=message.ts)))
+        elif isinstance(message, wire.ConfigRefreshAck) and not message.ok:
+            log.warning(
+                "node %s refused refresh %s: %s",
+                session.node_id,
+                message.revision,
+                message.error,
+            )
+        # Pong only refreshes last_seen.
+
+    async def _on_register(self, session: NodeSession, message: wire.Register) -> None:
+        if message.node_id != session.node_id or message.protocol != wire.PROTOCOL_VERSION:
+            await self.refuse(
+                session,
+                "bad_register",
+                "register does not match the authenticated node or protocol",
+            )
+            return
+        if session.state != PENDING or session.revision:
+            await self.refuse(session, "protocol_error", "register sent twice")
+            return
+        payload = compile_payload(self._snapshot(), session.node_id)
+        session.revision = payload.revision
+        await session.transport.send(
+            wire.encode(
+                wire.RegisterResponse(
+                    generation=session.generation,
+                    payload=payload,
+                    heartbeat_interval_s=self.heartbeat_interval_s,
+                    heartbeat_timeout_s=self.heartbeat_timeout_s,
+                )
+            )
+        )
+
+    async def _on_ready(self, session: NodeSession, message: wire.Ready) -> None:
+        if (
+            session.state != PENDING
+            or not session.revision
+            or message.generation != session.generation
+        ):
+            await self.refuse(session, "protocol_error", "ready without a matching register")
+            return
+        session.state = READY
+        log.info("node %s generation %s ready", session.node_id, session.generation)
+        # A refresh applied while this Node was pending reaches it now (R-NODE-4).
+        await self._push_if_changed(session)
+        self._pool.node_ready(session.node_id, session.generation)
+
+    # --- runs --------------------------------------------------------------------------------
+
+    async def open_run(self, lease: Lease, spec: RunSpec) -> RunChannel:
+        """Send a run to the lease's Node; its output arrives on the returned channel."""
+        session = self.sessions.get(lease.node_id)
+        if session is None or session.state != READY:
+            raise NodeUnavailable(lease.node_id)
+        run_id = f"r{next(self._run_ids):x}"
+        channel = RunChannel(run_id, lease.node_id)
+        session.runs[run_id] = channel
+        body = msgspec.Raw(spec.body)
+        message: wire.TunnelRequest | wire.RunRequest
+        if spec.tunnel:
+            message = wire.TunnelRequest(
+                run_id=run_id,
+                provider_id=lease.provider_id,
+                operation=spec.operation,
+                stream=spec.stream,
+                body=body,
+                forward_headers=dict(spec.forward_headers),
+            )
+        else:
+            message = wire.RunRequest(
+                run_id=run_id,
+                provider_id=lease.provider_id,
+                operation=spec.operation,
+                stream=spec.stream,
+                body=body,
+            )
+        await session.transport.send(wire.encode(message))
+        return channel
+
+    def close_run(self, channel: RunChannel) -> None:
+        """The request is done with this run; a run still going is cancelled on its Node."""
+        if channel.finished:
+            return
+        channel.fail("cancelled", "the caller went away")
+        session = self.sessions.get(channel.node_id)
+        if session is not None and session.runs.pop(channel.run_id, None) is not None:
+            self._spawn(session.transport.send(wire.encode(wire.Cancel(run_id=channel.run_id))))
+
+    # --- refresh -----------------------------------------------------------------------------
+
+    async def push_refresh(self) -> list[str]:
+        """Push the new payload to every dispatch-ready Node whose payload changed (R-NODE-4)."""
+        pushed = []
+        for session in list(self.sessions.values()):
+            if session.state == READY and await self._push_if_changed(session):
+                pushed.append(session.node_id)
+        return sorted(pushed)
+
+    async def _push_if_changed(self, session: NodeSession) -> bool:
+        payload = compile_payload(self._snapshot(), session.node_id)
+        if payload.revision == session.revision:
+            return False
+        session.revision = payload.revision
+        await session.transport.send(wire.encode(wire.ConfigRefresh(payload=payload)))
+        return True
+
+    # --- liveness ----------------------------------------------------------------------------
+
+    def _ensure_heartbeat(self) -> None:
+        if self._heartbeat is None or self._heartbeat.done():
+            self._heartbeat = asyncio.get_running_loop().create_task(self._heartbeat_loop())
+
+    async def _heartbeat_loop(self) -> None:
+        while self.sessions:
+            await asyncio.sleep(self.heartbeat_interval_s)
+            now = self._clock()
+            for session in list(self.sessions.values()):
+                if now - session.last_seen > self.heartbeat_timeout_s:
+                    log.warning(
+                        "node %s: no frame for %.0f s, declaring it gone",
+                        session.node_id,
+                        now - session.last_seen,
+                    )
+                    await self.disconnect(session)
+                    self._spawn(session.transport.close(wire.CLOSE_HEARTBEAT_TIMEOUT))
+                else:
+                    self._spawn(session.transport.send(wire.encode(wire.Ping(ts=now))))
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Future[None]) -> None:
+        self._tasks.discard(task)  # type: ignore[arg-type]
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("node frame not delivered: %s", type(task.exception()).__name__)
+
+    async def aclose(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        for session in list(self.sessions.values()):
+            await self.disconnect(session)
+            self._spawn(session.transport.close(wire.CLOSE_SHUTDOWN))
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=2)

@@ -1,0 +1,29 @@
+"""Translate the runtime config snapshot into the pool engine's policy (no Django)."""
+
+from __future__ import annotations
+
+from catalog.config import EdgeSnapshot
+from pool.engine import PoolPolicy, PoolProvider
+
+
+def policy_from_snapshot(snapshot: EdgeSnapshot) -> PoolPolicy:
+    providers = tuple(
+        PoolProvider(
+            node_id=spec.node_id,
+            provider_id=spec.id,
+            capacity=spec.capacity,
+            long_capacity=spec.long_context_capacity,
+            priority=spec.priority,
+            enabled=spec.enabled,
+            capabilities=frozenset(spec.profile.capabilities),
+        )
+        for node in snapshot.nodes
+        for spec in node.providers
+    )
+    groups = {model.id: tuple(model.providers) for model in snapshot.models.values()}
+    return PoolPolicy(
+        providers=providers,
+        groups=groups,
+        max_queue=snapshot.max_queue,
+        queue_timeout_ms=snapshot.queue_timeout_ms,
+    )

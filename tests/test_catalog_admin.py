@@ -1,0 +1,240 @@
+"""Django admin for the catalog: every save and delete is checked on the whole catalog (R-CFG-5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django import forms
+from django.contrib.messages import get_messages
+from django.urls import reverse
+
+from catalog.config import parse_text
+from catalog.documents import catalog_to_document, document_to_catalog
+from catalog.models import EdgeSettings, ModelGroup, Node, PrincipalToken, ProtocolProfile, Provider
+
+EDGE_YAML = Path(__file__).resolve().parent.parent / "configs" / "edge.yaml"
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def catalog() -> dict:
+    document_to_catalog(parse_text(EDGE_YAML.read_text()))
+    return catalog_to_document()
+
+
+@pytest.fixture
+def staff(client, django_user_model):
+    # No password: hashing one costs most of a test's time; the session login is enough.
+    user = django_user_model.objects.create(username="root", is_staff=True, is_superuser=True)
+    client.force_login(user)
+    return client
+
+
+def _value(field: forms.Field, value: Any) -> Any:
+    if isinstance(field, forms.NullBooleanField):
+        return {True: "true", False: "false"}.get(value, "unknown")
+    return "" if value is None else value
+
+
+def page_data(response) -> dict[str, Any]:
+    """The POST body the admin change page would send back unchanged (form, inlines)."""
+    page_forms = [response.context["adminform"].form]
+    for inline in response.context["inline_admin_formsets"]:
+        page_forms.append(inline.formset.management_form)
+        page_forms.extend(inline.formset.forms)
+    data: dict[str, Any] = {}
+    for form in page_forms:
+        for name, field in form.fields.items():
+            bound = form[name]
+            if isinstance(field, forms.BooleanField) and not isinstance(
+                field, forms.NullBooleanField
+            ):
+                if bound.value():
+                    data[bound.html_name] = "on"
+                continue
+            data[bound.html_name] = _value(field, bound.value())
+    return data
+
+
+def change_url(obj) -> str:
+    return reverse(f"admin:catalog_{obj._meta.model_name}_change", args=[obj.pk])
+
+
+def test_inline_provider_capacity_zero_is_refused_with_its_path_and_nothing_saved(staff, catalog):
+    node = Node.objects.get(key="node-local")
+    data = page_data(staff.get(change_url(node)))
+    assert data["providers-0-key"] == "ollama-local"
+    data["providers-0-capacity"] = "0"
+    data["alias"] = "renamed"
+    response = staff.post(change_url(node), data)
+    assert response.status_code == 200
+    assert b"nodes[0].providers[0].capacity" in response.content
+    assert catalog_to_document() == catalog
+    assert Node.objects.get(key="node-local").alias == "workstation"
+
+
+def test_every_error_of_a_refused_edit_is_shown(staff, catalog):
+    node = Node.objects.get(key="node-local")
+    data = page_data(staff.get(change_url(node)))
+    data["providers-0-capacity"] = "0"
+    data["providers-2-capacity"] = "-3"
+    content = staff.post(change_url(node), data).content
+    assert b"nodes[0].providers[0].capacity" in content
+    assert b"nodes[0].providers[2].capacity" in content
+    assert catalog_to_document() == catalog
+
+
+def test_a_valid_inline_edit_is_saved(staff, catalog):
+    node = Node.objects.get(key="node-local")
+    data = page_data(staff.get(change_url(node)))
+    data["providers-1-capacity"] = "8"
+    response = staff.post(change_url(node), data)
+    assert response.status_code == 302
+    assert Provider.objects.get(key="vllm-local").capacity == 8
+    assert catalog_to_document()["nodes"][0]["providers"][1]["capacity"] == 8
+
+
+def test_edge_settings_threshold_zero_is_refused_with_its_path(staff, catalog):
+    settings = EdgeSettings.objects.get()
+    data = page_data(staff.get(change_url(settings)))
+    data["long_context_threshold_tokens"] = "0"
+    response = staff.post(change_url(settings), data)
+    assert b"openai.long_context_threshold_tokens" in response.content
+    assert EdgeSettings.objects.get().long_context_threshold_tokens == 100000
+
+
+def test_provider_pointing_at_an_unknown_profile_is_refused(staff, catalog):
+    provider = Provider.objects.get(key="vllm-local")
+    data = page_data(staff.get(change_url(provider)))
+    data["profile"] = "no_such_profile"
+    response = staff.post(change_url(provider), data)
+    assert b"nodes[0].providers[1].profile" in response.content
+    assert Provider.objects.get(key="vllm-local").profile == "local_vllm"
+
+
+def test_model_group_inline_mapping_edit_is_saved_in_document_order(staff, catalog):
+    group = ModelGroup.objects.get(key="qwen-local")
+    data = page_data(staff.get(change_url(group)))
+    assert data["targets-TOTAL_FORMS"] == 2
+    data["targets-1-served_model"] = "qwen2.5:7b-instruct"
+    assert staff.post(change_url(group), data).status_code == 302
+    providers = catalog_to_document()["models"][0]["providers"]
+    assert providers == {
+        "vllm-local": "Qwen/Qwen2.5-7B-Instruct",
+        "ollama-local": "qwen2.5:7b-instruct",
+    }
+    assert list(providers) == ["vllm-local", "ollama-local"]
+
+
+def test_inline_mapping_against_the_profile_model_mapping_is_refused(staff, catalog):
+    """R-PROF-5: a served model must agree with the profile's model_mapping."""
+    group = ModelGroup.objects.get(key="qwen-local")
+    data = page_data(staff.get(change_url(group)))
+    data["targets-0-served_model"] = "Qwen/Qwen2.5-7B-Instruct-AWQ"
+    response = staff.post(change_url(group), data)
+    assert b"models[0].providers.vllm-local" in response.content
+    assert catalog_to_document() == catalog
+
+
+def test_deleting_a_profile_still_in_use_is_refused(staff, catalog):
+    profile = ProtocolProfile.objects.get(name="local_vllm")
+    url = reverse("admin:catalog_protocolprofile_delete", args=[profile.pk])
+    response = staff.post(url, {"post": "yes"})
+    assert response.status_code == 302
+    assert ProtocolProfile.objects.filter(name="local_vllm").exists()
+    shown = [str(message) for message in get_messages(response.wsgi_request)]
+    assert any(line.startswith("nodes[0].providers[1].profile") for line in shown)
+
+
+def test_bulk_delete_that_breaks_the_catalog_is_refused(staff, catalog):
+    profile = ProtocolProfile.objects.get(name="local_vllm")
+    url = reverse("admin:catalog_protocolprofile_changelist")
+    data = {"action": "delete_selected", "_selected_action": [profile.pk], "post": "yes"}
+    response = staff.post(url, data)
+    assert response.status_code == 302
+    assert ProtocolProfile.objects.filter(name="local_vllm").exists()
+    assert catalog_to_document() == catalog
+
+
+def test_settings_json_may_not_repeat_a_key_that_has_a_field(staff, catalog):
+    provider = Provider.objects.get(key="vllm-local")
+    data = page_data(staff.get(change_url(provider)))
+    data["settings"] = '{"capacity": 2}'
+    response = staff.post(change_url(provider), data)
+    assert b"keys that have their own field here: capacity" in response.content
+    assert catalog_to_document() == catalog
+
+
+@pytest.mark.parametrize(
+    ("model", "query"),
+    [
+        ("provider", "?enabled__exact=1&q=vllm"),
+        ("provider", "?profile=ollama"),
+        ("node", "?q=workstation"),
+        ("modelgroup", "?q=qwen"),
+        ("protocolprofile", ""),
+        ("principaltoken", "?q=app"),
+        ("edgesettings", ""),
+    ],
+)
+def test_changelists_render_with_search_and_filters(staff, catalog, model, query):
+    response = staff.get(reverse(f"admin:catalog_{model}_changelist") + query)
+    assert response.status_code == 200
+
+
+def test_provider_list_filters_by_enabled_node_and_profile(staff, catalog):
+    url = reverse("admin:catalog_provider_changelist")
+    node = Node.objects.get(key="node-local")
+    response = staff.get(
+        url, {"enabled__exact": "1", "node__id__exact": node.pk, "profile": "ollama"}
+    )
+    shown = [row.key for row in response.context["cl"].result_list]
+    assert shown == ["ollama-local"]
+
+
+def test_principal_token_form_holds_a_hash_and_says_how_to_mint(staff, catalog):
+    token = PrincipalToken.objects.get(token_ref="app-ci")
+    response = staff.get(change_url(token))
+    form = response.context["adminform"].form
+    assert "iop_token" in form.fields["token_hash_sha256"].help_text
+    assert set(form.fields) == {
+        "token_ref",
+        "principal_ref",
+        "alias",
+        "token_hash_sha256",
+        "settings",
+        "order",
+    }
+
+
+def test_edge_settings_cannot_be_added_twice_or_deleted(staff, catalog):
+    assert staff.get(reverse("admin:catalog_edgesettings_add")).status_code == 403
+    settings = EdgeSettings.objects.get()
+    url = reverse("admin:catalog_edgesettings_delete", args=[settings.pk])
+    assert staff.post(url, {"post": "yes"}).status_code == 403
+
+
+def test_adding_an_invalid_profile_is_refused_and_nothing_is_created(staff, catalog):
+    url = reverse("admin:catalog_protocolprofile_add")
+    data = {"name": "broken", "base": "openai", "driver": "telepathy", "settings": "{}"}
+    response = staff.post(url, data)
+    assert response.status_code == 200
+    assert b"protocol_profiles.broken" in response.content
+    assert not ProtocolProfile.objects.filter(name="broken").exists()
+
+
+def test_provider_added_inline_goes_last_in_the_document(staff, catalog):
+    node = Node.objects.get(key="node-local")
+    data = page_data(staff.get(change_url(node)))
+    total = data["providers-TOTAL_FORMS"]
+    new = {"key": "echo-2", "legacy_type": "cli", "capacity": "1", "enabled": "on"}
+    data.update({f"providers-{total}-{name}": value for name, value in new.items()})
+    data[f"providers-{total}-settings"] = '{"command": ["cat"]}'
+    data[f"providers-{total}-node"] = node.pk
+    data["providers-TOTAL_FORMS"] = total + 1
+    assert staff.post(change_url(node), data).status_code == 302
+    added = catalog_to_document()["nodes"][0]["providers"][-1]
+    assert (added["id"], added["type"], added["command"]) == ("echo-2", "cli", ["cat"])
