@@ -1,0 +1,99 @@
+"""The one small interface every adapter implements, and what it passes around."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import msgspec
+
+from nodes.wire import RunError, Usage
+
+Emit = Callable[[str], Awaitable[None]] | Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """One run as an adapter sees it: the body is the upstream (or normalized) request."""
+
+    run_id: str
+    operation: str
+    stream: bool
+    body: bytes
+    forward_headers: Mapping[str, str] = field(default_factory=dict)
+
+
+class AdapterError(Exception):
+    """A run failed; ``code`` is a stable wire code, ``message`` is safe to show (no secrets)."""
+
+    def __init__(
+        self, code: str, message: str, *, retryable: bool = False, status: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.retryable = retryable
+        self.status = status
+
+    def to_wire(self) -> RunError:
+        return RunError(
+            code=self.code, message=self.message, retryable=self.retryable, status=self.status
+        )
+
+
+class Adapter(Protocol):
+    """Run one request, emitting output text in order; return usage if known."""
+
+    async def run(self, request: RunSpec, emit: Emit) -> Usage | None: ...
+
+    async def aclose(self) -> None: ...
+
+
+async def send(emit: Emit, text: str) -> None:
+    """Call ``emit`` whether it is a plain function or a coroutine function."""
+    result = emit(text)
+    if inspect.isawaitable(result):
+        await result
+
+
+def parse_json_body(body: bytes) -> dict[str, Any]:
+    """Decode a request body that must be a JSON object, or fail as bad_request."""
+    try:
+        data = msgspec.json.decode(body) if body else {}
+    except msgspec.DecodeError:
+        raise AdapterError("bad_request", "request body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise AdapterError("bad_request", "request body must be a JSON object")
+    return data
+
+
+def map_model(body: bytes, mapping: Mapping[str, str]) -> bytes:
+    """R-PROF-5: map an external model key to the served target when the profile has a
+    mapping for it. The Edge normally sends the served target already; then this is a
+    no-op and the body goes upstream byte-for-byte."""
+    if not mapping or not body:
+        return body
+    try:
+        data = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return body  # the upstream reports malformed bodies itself
+    if isinstance(data, dict) and isinstance(data.get("model"), str) and data["model"] in mapping:
+        data["model"] = mapping[data["model"]]
+        return msgspec.json.encode(data)
+    return body
+
+
+def usage_from(obj: Any) -> Usage | None:
+    """Usage from an OpenAI (prompt/completion) or Anthropic/Responses (input/output) dict."""
+    if not isinstance(obj, dict):
+        return None
+    inp = obj.get("prompt_tokens", obj.get("input_tokens"))
+    out = obj.get("completion_tokens", obj.get("output_tokens"))
+    if not isinstance(inp, int) and not isinstance(out, int):
+        return None
+    return Usage(
+        input_tokens=inp if isinstance(inp, int) else 0,
+        output_tokens=out if isinstance(out, int) else 0,
+    )

@@ -1,0 +1,198 @@
+"""Normalized execution by a local command: the prompt on stdin, stdout as the answer.
+
+No shell: ``provider.command`` is an argv list. The command sees only a small base
+environment (PATH, HOME, locale, temp dirs…) plus ``provider.env`` resolved here, so
+the node token and other providers' credentials never reach it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import math
+import os
+import signal
+from typing import Any
+
+from nodes.agent.adapters.base import AdapterError, Emit, RunSpec, parse_json_body, send
+from nodes.agent.adapters.sse import DONE, ChatChunks, chat_completion
+from nodes.agent.secrets import redact, resolve_secret
+from nodes.wire import ProviderPayload, Usage
+
+_CHAT_OPERATIONS = {"chat", "chat_completions"}
+_BASE_ENV = {
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TMPDIR",
+    "TEMP",
+    "TMP",
+    "SHELL",
+    "SYSTEMROOT",
+    "COMSPEC",
+    "PATHEXT",
+    "USERPROFILE",
+    "APPDATA",
+    "LOCALAPPDATA",
+}
+_STDERR_TAIL = 4096
+_READ_SIZE = 64 * 1024
+
+
+def base_env() -> dict[str, str]:
+    """The part of the Node's environment a command may see."""
+    return {k: v for k, v in os.environ.items() if k in _BASE_ENV or k.startswith(("LC_", "XDG_"))}
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    parts = content if isinstance(content, list) else []
+    return "\n".join(
+        p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)
+    )
+
+
+def render_prompt(messages: Any) -> str:
+    """One message: its text as is. Several: a transcript of ``Role: text`` blocks
+    separated by blank lines, in order, so the last user message comes last."""
+    items = [
+        (str(m.get("role", "user")), _text(m.get("content")))
+        for m in (messages if isinstance(messages, list) else [])
+        if isinstance(m, dict)
+    ]
+    items = [(role, text) for role, text in items if text]
+    if len(items) == 1:
+        return items[0][1]
+    return "\n\n".join(f"{role.capitalize()}: {text}" for role, text in items)
+
+
+def _estimate(text: str) -> int:
+    return math.ceil(len(text) / 4)
+
+
+def _kill(proc: asyncio.subprocess.Process) -> None:
+    """Kill the command and anything it started (its own process group)."""
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        if hasattr(os, "killpg"):
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:  # pragma: no cover - Windows
+            proc.kill()
+
+
+async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        stdin.write(data)
+        await stdin.drain()
+        stdin.close()
+
+
+async def _tail(stream: asyncio.StreamReader) -> bytes:
+    tail = b""
+    while chunk := await stream.read(_READ_SIZE):
+        tail = (tail + chunk)[-_STDERR_TAIL:]
+    return tail
+
+
+class CliAdapter:
+    """Runs ``provider.command`` once per request."""
+
+    def __init__(self, provider: ProviderPayload) -> None:
+        if not provider.command:
+            raise ValueError(f"provider {provider.id}: the cli adapter needs a command")
+        self.provider = provider
+        self._command = list(provider.command)
+        extra = {
+            name: resolve_secret(ref, what=f"provider {provider.id} env {name}")
+            for name, ref in provider.env.items()
+        }
+        self._env = base_env() | extra
+        self._secrets = tuple(extra.values())
+
+    async def run(self, request: RunSpec, emit: Emit) -> Usage | None:
+        if request.operation not in _CHAT_OPERATIONS:
+            raise AdapterError(
+                "bad_request",
+                f"provider {self.provider.id} does not serve operation {request.operation}",
+            )
+        body = parse_json_body(request.body)
+        prompt = render_prompt(body.get("messages"))
+        model = str(body.get("model") or self.provider.id)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self._command,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self._env,
+                start_new_session=True,  # its own process group, killed as a whole
+            )
+        except OSError as exc:
+            raise AdapterError(
+                "upstream_error", f"cannot start {self._command[0]}: {exc.strerror}"
+            ) from None
+        timeout = self.provider.run_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._exchange(proc, request, prompt, model, emit)
+        except TimeoutError:
+            raise AdapterError(
+                "upstream_timeout", f"command did not finish within {timeout:g}s"
+            ) from None
+        finally:
+            _kill(proc)
+            await proc.wait()  # reap: no zombies, whatever ended the run
+
+    async def _exchange(
+        self,
+        proc: asyncio.subprocess.Process,
+        request: RunSpec,
+        prompt: str,
+        model: str,
+        emit: Emit,
+    ) -> Usage:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        feeder = asyncio.create_task(_feed(proc.stdin, prompt.encode()))
+        stderr = asyncio.create_task(_tail(proc.stderr))
+        try:
+            chunks = ChatChunks(request.run_id, model)
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            output: list[str] = []
+            while data := await proc.stdout.read(_READ_SIZE):
+                text = decoder.decode(data)
+                if text:
+                    output.append(text)
+                    if request.stream:
+                        await send(emit, chunks.delta(text))
+            tail_text = decoder.decode(b"", final=True)
+            if tail_text:
+                output.append(tail_text)
+                if request.stream:
+                    await send(emit, chunks.delta(tail_text))
+            code = await proc.wait()
+            err = await stderr
+        finally:
+            feeder.cancel()
+            stderr.cancel()
+        if code != 0:
+            tail = redact(err.decode("utf-8", errors="replace").strip(), self._secrets)
+            detail = f": {tail[-300:]}" if tail else ""
+            raise AdapterError("upstream_error", f"command exited with code {code}{detail}")
+        text = "".join(output)
+        usage = Usage(input_tokens=_estimate(prompt), output_tokens=_estimate(text), estimated=True)
+        if request.stream:
+            await send(emit, chunks.finish("stop") + chunks.usage(usage) + DONE)
+        else:
+            message = {"role": "assistant", "content": text}
+            await send(emit, chat_completion(request.run_id, model, message, "stop", usage))
+        return usage
+
+    async def aclose(self) -> None:
+        """Each run owns its process; nothing shared to close."""

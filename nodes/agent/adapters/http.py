@@ -1,0 +1,228 @@
+"""Upstream HTTP with aiohttp: one session per registry, our own first-byte/idle timeouts.
+
+aiohttp rather than httpx: measured faster under concurrency, and leaving a half-read
+response closes its connection at once, so a cancelled run is seen upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import msgspec
+
+from nodes.agent.adapters.base import AdapterError
+from nodes.agent.secrets import redact
+from nodes.wire import ProviderPayload
+
+MAX_ERROR_BODY = 64 * 1024
+MAX_MESSAGE_CHARS = 300
+_RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
+# Set by the HTTP client itself; a forwarded value would corrupt the request.
+_UNFORWARDABLE = {"host", "content-length", "transfer-encoding", "connection"}
+
+
+def auth_headers(provider: ProviderPayload, credential: str | None) -> dict[str, str]:
+    """The credential placed as the provider's auth spec says (bearer or a named header)."""
+    if credential is None or provider.auth.type == "none":
+        return {}
+    if provider.auth.type == "bearer":
+        return {"Authorization": f"Bearer {credential}"}
+    if provider.auth.type == "header":
+        scheme = provider.auth.scheme
+        return {provider.auth.header: f"{scheme} {credential}" if scheme else credential}
+    raise ValueError(f"provider {provider.id}: unknown auth type {provider.auth.type!r}")
+
+
+def merge_headers(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    """Later headers replace earlier ones of the same name, compared case-insensitively."""
+    out = dict(base)
+    for name, value in extra.items():
+        if name.lower() in _UNFORWARDABLE:
+            continue
+        for existing in [k for k in out if k.lower() == name.lower()]:
+            del out[existing]
+        out[name] = value
+    return out
+
+
+class HttpClient:
+    """Owns the registry's ClientSession, created on first use inside the running loop."""
+
+    def __init__(self) -> None:
+        self._session: aiohttp.ClientSession | None = None
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                # limit=0: the pool's capacity bounds concurrency, not aiohttp's default 100.
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
+                # total=None: streams may last longer than 5 minutes; we time gaps ourselves.
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=None),
+                read_bufsize=256 * 1024,
+            )
+        return self._session
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _where(url: str) -> str:
+    """host:port of a URL: safe to show (no path, query or user-info)."""
+    parts = urlsplit(url)
+    return f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+
+
+def error_message(status: int, body: bytes, secrets: tuple[str, ...] = ()) -> str:
+    """A short message from an upstream error body: its error.message when it has one."""
+    detail = ""
+    try:
+        data: Any = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        data = None
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            detail = err["message"]
+        elif isinstance(err, str):
+            detail = err
+        elif isinstance(data.get("message"), str):
+            detail = data["message"]
+        elif isinstance(data.get("detail"), str):
+            detail = data["detail"]
+    detail = redact(detail.strip(), secrets)[:MAX_MESSAGE_CHARS]
+    return f"upstream returned HTTP {status}" + (f": {detail}" if detail else "")
+
+
+class Upstream:
+    """One upstream exchange. The first body chunk must arrive within ``first_byte_s`` of
+    sending; each later gap within ``idle_s``. Leaving early drops the connection."""
+
+    def __init__(
+        self,
+        http: HttpClient,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        body: bytes | None,
+        first_byte_s: float,
+        idle_s: float,
+        secrets: tuple[str, ...] = (),
+    ) -> None:
+        self._http, self._method, self._url = http, method, url
+        self._headers, self._body, self._secrets = dict(headers), body, secrets
+        self._first_byte_s, self._idle_s = first_byte_s, idle_s
+        self._deadline = 0.0
+        self._resp: aiohttp.ClientResponse | None = None
+        self._eof = False
+        self.started = False  # True once any body byte arrived
+
+    async def __aenter__(self) -> Upstream:
+        loop = asyncio.get_running_loop()
+        self._deadline = loop.time() + self._first_byte_s
+        try:
+            async with asyncio.timeout_at(self._deadline):
+                self._resp = await self._http.session().request(
+                    self._method, self._url, headers=self._headers, data=self._body
+                )
+        except TimeoutError:
+            raise self._timeout() from None
+        except aiohttp.ClientError as exc:
+            raise self._client_error(exc) from None
+        if self._resp.status >= 300:
+            try:
+                await self._fail_with_status(self._resp)
+            finally:
+                self._resp.close()  # __aexit__ does not run when __aenter__ raises
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._resp is None:
+            return
+        if self._eof:
+            self._resp.release()
+        else:
+            self._resp.close()  # half-read (cancel, timeout, error): drop the connection
+
+    @property
+    def status(self) -> int:
+        return self._resp.status if self._resp is not None else 0
+
+    async def read(self) -> bytes:
+        """The next body chunk as it arrives; b"" at the end."""
+        assert self._resp is not None
+        try:
+            if self.started:
+                async with asyncio.timeout(self._idle_s):
+                    chunk = await self._resp.content.readany()
+            else:
+                async with asyncio.timeout_at(self._deadline):
+                    chunk = await self._resp.content.readany()
+        except TimeoutError:
+            raise self._timeout() from None
+        except aiohttp.ClientError as exc:
+            raise self._client_error(exc) from None
+        if chunk:
+            self.started = True
+        else:
+            self._eof = True
+        return chunk
+
+    async def read_all(self) -> bytes:
+        parts = []
+        while chunk := await self.read():
+            parts.append(chunk)
+        return b"".join(parts)
+
+    async def _fail_with_status(self, resp: aiohttp.ClientResponse) -> None:
+        body = b""
+        try:
+            async with asyncio.timeout(min(self._idle_s, 10.0)):
+                while len(body) < MAX_ERROR_BODY:
+                    chunk = await resp.content.readany()
+                    if not chunk:
+                        break
+                    body += chunk
+        except (TimeoutError, aiohttp.ClientError):
+            pass  # the status alone is enough to report
+        raise AdapterError(
+            "upstream_error",
+            error_message(resp.status, body[:MAX_ERROR_BODY], self._secrets),
+            retryable=resp.status in _RETRYABLE_STATUS,
+            status=resp.status,
+        )
+
+    def _timeout(self) -> AdapterError:
+        if self.started:
+            message = f"upstream sent nothing for {self._idle_s:g}s (idle timeout)"
+        else:
+            message = f"no response from upstream within {self._first_byte_s:g}s (first byte)"
+        return AdapterError("upstream_timeout", message, retryable=not self.started, status=None)
+
+    def _client_error(self, exc: aiohttp.ClientError) -> AdapterError:
+        where = _where(self._url)
+        if isinstance(exc, aiohttp.ServerTimeoutError):
+            return AdapterError(
+                "upstream_timeout", f"connecting to {where} timed out", retryable=True
+            )
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            return AdapterError("upstream_error", f"cannot connect to {where}", retryable=True)
+        if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ServerDisconnectedError):
+            text = f"upstream {where} closed the connection mid-response"
+        else:
+            text = f"upstream {where} failed: {type(exc).__name__}"
+        return AdapterError(
+            "upstream_error", text, retryable=not self.started, status=self.status or None
+        )

@@ -1,0 +1,85 @@
+"""Passthrough to OpenAI-compatible upstreams (drivers openai_chat, anthropic_messages,
+openai_responses): the body goes upstream as is, the response comes back as is."""
+
+from __future__ import annotations
+
+import codecs
+
+import msgspec
+
+from nodes.agent.adapters.base import AdapterError, Emit, RunSpec, map_model, send, usage_from
+from nodes.agent.adapters.http import HttpClient, Upstream, auth_headers, merge_headers
+from nodes.agent.adapters.sse import UsageScanner
+from nodes.agent.secrets import resolve_secret
+from nodes.wire import ProviderPayload, Usage
+
+_GET_OPERATIONS = {"models"}
+_METERED_OPERATIONS = {"chat_completions", "messages", "responses"}
+
+
+class OpenAICompatAdapter:
+    """POST (GET for ``models``) to ``provider.operations[operation]`` and relay the answer."""
+
+    def __init__(self, provider: ProviderPayload, http: HttpClient) -> None:
+        self.provider = provider
+        self._http = http
+        credential = None
+        if provider.credential is not None and provider.auth.type != "none":
+            credential = resolve_secret(provider.credential, what=f"provider {provider.id}")
+        self._secrets = (credential,) if credential else ()
+        headers = {"Content-Type": "application/json"}
+        headers = merge_headers(headers, provider.headers)
+        self._headers = merge_headers(headers, auth_headers(provider, credential))
+
+    async def run(self, request: RunSpec, emit: Emit) -> Usage | None:
+        url = self.provider.operations.get(request.operation)
+        if not url:
+            raise AdapterError(
+                "bad_request",
+                f"provider {self.provider.id} does not serve operation {request.operation}",
+            )
+        method = "GET" if request.operation in _GET_OPERATIONS else "POST"
+        body = None if method == "GET" else map_model(request.body, self.provider.model_mapping)
+        # R-AUTH-2: a forwarded caller credential replaces the configured one.
+        headers = merge_headers(self._headers, request.forward_headers)
+        secrets = self._secrets + tuple(request.forward_headers.values())
+        async with Upstream(
+            self._http,
+            method,
+            url,
+            headers=headers,
+            body=body,
+            first_byte_s=self.provider.first_byte_timeout_s,
+            idle_s=self.provider.idle_timeout_s,
+            secrets=secrets,
+        ) as upstream:
+            if request.stream:
+                return await self._relay_stream(upstream, emit)
+            raw = await upstream.read_all()
+        await send(emit, raw.decode("utf-8", errors="replace"))
+        if request.operation not in _METERED_OPERATIONS:
+            return None
+        try:
+            data = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            return None
+        return usage_from(data.get("usage")) if isinstance(data, dict) else None
+
+    async def _relay_stream(self, upstream: Upstream, emit: Emit) -> Usage | None:
+        # Relay each chunk as it arrives; usage is read on the side, never delaying it.
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        scanner = UsageScanner()
+        while chunk := await upstream.read():
+            text = decoder.decode(chunk)
+            if text:
+                scanner.feed(text)
+                await send(emit, text)
+        tail = decoder.decode(b"", final=True)
+        if tail:
+            scanner.feed(tail)
+            await send(emit, tail)
+        scanner.feed("\n")
+        return scanner.usage
+
+    async def aclose(self) -> None:
+        """The shared HTTP session belongs to the registry; nothing of our own to close."""

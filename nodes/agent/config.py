@@ -1,0 +1,198 @@
+"""node.yaml: load, validate, report every error with its path (R-AUTH-4).
+
+Keys: node_id, edge_url, token ({env}|{file}), tls {ca_file}, credential_plane {...}.
+Unknown keys are rejected; a literal token is rejected; relative file paths are read
+relative to the config file's directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from nodes.wire import SecretRef
+
+MAX_REPLAY_CACHE = 1_000_000
+
+
+class ConfigError(ValueError):
+    """The config file is invalid; ``errors`` lists every problem as ``path: message``."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = errors
+        super().__init__("invalid node config:\n  " + "\n  ".join(errors))
+
+
+def _file_ref(value: str, info: ValidationInfo) -> str:
+    """A key/cert value must be a path to an existing file, never inline material."""
+    if "\n" in value or value.lstrip().startswith("-----BEGIN"):
+        raise ValueError("must be a file path, not inline key material")
+    base = Path((info.context or {}).get("base_dir", "."))
+    path = (base / Path(value).expanduser()).resolve()
+    if not path.is_file():
+        raise ValueError(f"file not found: {value}")
+    return str(path)
+
+
+_NonEmpty = Annotated[str, Field(strict=True, min_length=1)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TokenRef(_Strict):
+    """The node token, by reference only."""
+
+    env: _NonEmpty | None = None
+    file: _NonEmpty | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> TokenRef:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("set exactly one of env or file")
+        return self
+
+    @field_validator("file")
+    @classmethod
+    def _relative_to_config(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        base = Path((info.context or {}).get("base_dir", "."))
+        return str((base / Path(value).expanduser()).resolve())
+
+    def as_secret_ref(self) -> SecretRef:
+        return SecretRef(env=self.env, file=self.file)
+
+
+class TlsConfig(_Strict):
+    ca_file: _NonEmpty | None = None
+
+    @field_validator("ca_file")
+    @classmethod
+    def _ca_is_file(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else _file_ref(value, info)
+
+
+class CredentialPlane(_Strict):
+    """Managed credential mode (R-AUTH-4): all four keys plus a bounded replay cache."""
+
+    recipient_key_id: _NonEmpty
+    recipient_private_key_file: _NonEmpty
+    issuer_key_id: _NonEmpty
+    issuer_public_key_file: _NonEmpty
+    replay_cache_size: Annotated[int, Field(strict=True, ge=1, le=MAX_REPLAY_CACHE)]
+
+    @field_validator("recipient_private_key_file", "issuer_public_key_file")
+    @classmethod
+    def _key_is_file(cls, value: str, info: ValidationInfo) -> str:
+        return _file_ref(value, info)
+
+
+class NodeConfig(_Strict):
+    node_id: Annotated[str, Field(strict=True, min_length=1, pattern=r"^\S+$")]
+    edge_url: _NonEmpty
+    token: TokenRef
+    tls: TlsConfig | None = None
+    credential_plane: CredentialPlane | None = None
+
+    @field_validator("edge_url")
+    @classmethod
+    def _websocket_url(cls, value: str) -> str:
+        if not value.startswith(("ws://", "wss://")):
+            raise ValueError("must start with ws:// or wss://")
+        return value
+
+    @field_validator("token", mode="before")
+    @classmethod
+    def _no_literal_token(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            # Never echo the value: it may be the raw token.
+            raise ValueError("must be a reference {env: NAME} or {file: PATH}, not a literal")
+        return value
+
+
+_MESSAGES: dict[str, Callable[[dict[str, Any]], str]] = {
+    "missing": lambda ctx: "is required",
+    "extra_forbidden": lambda ctx: "unknown key",
+    "less_than_equal": lambda ctx: f"must be <= {ctx['le']}",
+    "greater_than_equal": lambda ctx: f"must be >= {ctx['ge']}",
+    "int_type": lambda ctx: "must be an integer",
+    "string_type": lambda ctx: "must be a string",
+    "string_too_short": lambda ctx: "must not be empty",
+    "string_pattern_mismatch": lambda ctx: "must not contain whitespace",
+    "model_type": lambda ctx: "must be a mapping",
+    "model_attributes_type": lambda ctx: "must be a mapping",
+    "value_error": lambda ctx: str(ctx["error"]),
+}
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(root)"
+
+
+def _format(exc: ValidationError) -> list[str]:
+    errors = []
+    for err in exc.errors(include_input=False, include_url=False):
+        render = _MESSAGES.get(err["type"])
+        message = render(err.get("ctx", {})) if render else err["msg"]
+        errors.append(f"{_path(err['loc'])}: {message}")
+    return errors
+
+
+def _cross_checks(data: dict[str, Any]) -> list[str]:
+    """Rules across keys, checked on the raw document so they join the field errors."""
+    errors = []
+    url = data.get("edge_url")
+    if (
+        data.get("credential_plane") is not None
+        and isinstance(url, str)
+        and not url.startswith("wss://")
+    ):
+        errors.append("edge_url: must use wss:// when credential_plane is set (R-AUTH-4)")
+    return errors
+
+
+def parse_config(data: Any, *, base_dir: Path | str = ".") -> NodeConfig:
+    """Validate a parsed document; raise ConfigError listing every problem."""
+    if not isinstance(data, dict):
+        raise ConfigError(["(root): must be a mapping"])
+    errors: list[str] = []
+    config: NodeConfig | None = None
+    try:
+        config = NodeConfig.model_validate(data, context={"base_dir": str(base_dir)})
+    except ValidationError as exc:
+        errors.extend(_format(exc))
+    errors.extend(_cross_checks(data))
+    if errors or config is None:
+        raise ConfigError(errors)
+    return config
+
+
+def load_config(path: Path | str) -> NodeConfig:
+    """Read and validate node.yaml."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"(file): cannot read {path} ({exc.strerror})"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"(file): not valid YAML ({exc.__class__.__name__})"]) from None
+    return parse_config(data, base_dir=path.resolve().parent)

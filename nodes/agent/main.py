@@ -1,0 +1,63 @@
+"""``iop-node --config node.yaml``: run a Node until SIGTERM/SIGINT, then exit 0."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from nodes.agent import __version__
+from nodes.agent.client import NodeClient
+from nodes.agent.config import ConfigError, NodeConfig, load_config
+
+log = logging.getLogger("iop_node")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="iop-node", description=__doc__)
+    parser.add_argument("--config", required=True, help="path to node.yaml")
+    parser.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="on SIGTERM, how long in-flight runs may finish before they fail (default 10)",
+    )
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    parser.add_argument("--check", action="store_true", help="validate the config and exit")
+    parser.add_argument("--version", action="version", version=f"iop-node {__version__}")
+    return parser
+
+
+async def _run(config: NodeConfig, grace_s: float) -> None:
+    client = NodeClient(config, shutdown_grace_s=grace_s)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, client.stop)
+    await client.run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if args.check:
+        print(f"{args.config}: ok")
+        return 0
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    log.info("iop-node %s starting (node %s)", __version__, config.node_id)
+    asyncio.run(_run(config, args.shutdown_grace))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

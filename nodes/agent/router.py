@@ -1,0 +1,178 @@
+"""Handles the Edge's messages on one connection: runs (one task each), cancel, refresh.
+
+Every run that starts ends with exactly one run_end, whatever happens, unless the
+connection itself is lost (then the Edge has already failed it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from nodes import wire
+from nodes.agent.adapters.base import AdapterError, RunSpec
+from nodes.agent.outbox import RunOutput, SendMessage
+from nodes.agent.registry import Registries
+
+log = logging.getLogger("iop_node.router")
+
+_END_MESSAGES = {
+    "cancelled": "run cancelled by the edge",
+    "node_shutdown": "the node is shutting down",
+}
+
+
+@dataclass(eq=False)
+class _Run:
+    run_id: str
+    end_code: str = "cancelled"
+    task: asyncio.Task[None] | None = None
+    adapter_task: asyncio.Task[wire.Usage | None] | None = field(default=None, repr=False)
+
+
+class Router:
+    """Dispatches Edge -> Node messages by type for one connection."""
+
+    def __init__(self, registries: Registries, send: SendMessage) -> None:
+        self.registries = registries
+        self._send = send
+        self.runs: dict[str, _Run] = {}
+        self.accepting = True
+
+    async def handle(self, message: wire.EdgeToNode) -> None:
+        """Handle one message quickly; runs continue in their own tasks."""
+        if isinstance(message, wire.RunRequest | wire.TunnelRequest):
+            await self._start(message)
+        elif isinstance(message, wire.Cancel):
+            self.cancel(message.run_id, "cancelled")
+        elif isinstance(message, wire.ConfigRefresh):
+            await self._refresh(message.payload)
+        elif isinstance(message, wire.Ping):
+            await self._safe_send(wire.Pong(ts=message.ts))
+        elif isinstance(message, wire.ErrorMessage):
+            log.warning("edge reported %s: %s", message.code, message.message)
+        elif isinstance(message, wire.Pong):
+            pass  # any frame counts as liveness; the client loop tracks it
+        else:
+            log.warning("ignoring unexpected %s after registration", type(message).__name__)
+
+    async def _start(self, message: wire.RunRequest | wire.TunnelRequest) -> None:
+        run_id = message.run_id
+        if run_id in self.runs:
+            log.warning("run %s is already running; duplicate request ignored", run_id)
+            return
+        if not self.accepting:
+            await self._end(
+                run_id,
+                wire.RunError("node_shutdown", _END_MESSAGES["node_shutdown"], retryable=True),
+            )
+            return
+        registry = self.registries.current
+        try:
+            if registry is None:
+                raise AdapterError("unknown_provider", "the node has no configuration yet")
+            adapter = registry.get(message.provider_id)
+        except AdapterError as exc:
+            await self._end(run_id, exc.to_wire())
+            return
+        forward = message.forward_headers if isinstance(message, wire.TunnelRequest) else {}
+        spec = RunSpec(
+            run_id=run_id,
+            operation=message.operation,
+            stream=message.stream,
+            body=bytes(message.body),
+            forward_headers=forward,
+        )
+        run = _Run(run_id)
+        self.runs[run_id] = run
+        out = RunOutput(run_id, self._send)
+        # The run stays on the registry it started with, even after a swap (R-NODE-5);
+        # counted from now until the adapter task is done, however it ends.
+        registry.begin_run()
+        work = adapter.run(spec, out.emit)
+        run.adapter_task = asyncio.create_task(work, name=f"adapter-{run_id}")
+        run.adapter_task.add_done_callback(lambda _: registry.end_run())
+        run.task = asyncio.create_task(self._supervise(run, out), name=f"run-{run_id}")
+
+    async def _supervise(self, run: _Run, out: RunOutput) -> None:
+        assert run.adapter_task is not None
+        end: wire.RunEnd
+        try:
+            usage = await run.adapter_task
+            await out.drain()
+            end = wire.RunEnd(run_id=run.run_id, ok=True, usage=usage)
+        except AdapterError as exc:
+            await out.drain()
+            end = wire.RunEnd(run_id=run.run_id, ok=False, error=exc.to_wire())
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                self.runs.pop(run.run_id, None)
+                raise  # the connection is gone: nothing to tell the Edge
+            await out.drain(discard=True)
+            error = wire.RunError(
+                code=run.end_code,
+                message=_END_MESSAGES.get(run.end_code, run.end_code),
+                retryable=run.end_code == "node_shutdown",
+            )
+            end = wire.RunEnd(run_id=run.run_id, ok=False, error=error)
+        except Exception as exc:
+            # Details go to the local log only; the Edge gets no traceback text.
+            log.exception("run %s failed unexpectedly", run.run_id)
+            await out.drain()
+            error = wire.RunError(
+                code="upstream_error", message=f"internal node error ({type(exc).__name__})"
+            )
+            end = wire.RunEnd(run_id=run.run_id, ok=False, error=error)
+        self.runs.pop(run.run_id, None)
+        await self._safe_send(end)
+
+    def cancel(self, run_id: str, code: str) -> bool:
+        """End a run with ``code``: its adapter task is cancelled (upstream closed,
+        subprocess killed) and it reports run_end. False if it is not running."""
+        run = self.runs.get(run_id)
+        if run is None or run.adapter_task is None:
+            return False
+        run.end_code = code
+        return run.adapter_task.cancel()
+
+    async def _refresh(self, payload: wire.NodePayload) -> None:
+        # R-NODE-5: new runs use the new registry; the old one closes after its runs drain.
+        registry = self.registries.install(payload)
+        errors = "; ".join(registry.errors.values())
+        log.info("config refresh: now on revision %s", payload.revision)
+        await self._safe_send(
+            wire.ConfigRefreshAck(revision=payload.revision, ok=not errors, error=errors or None)
+        )
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Refuse new runs, let running ones finish within ``grace_s``, then end the rest
+        with node_shutdown."""
+        self.accepting = False
+        tasks = [r.task for r in self.runs.values() if r.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace_s)
+        for run_id in list(self.runs):
+            self.cancel(run_id, "node_shutdown")
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def abort(self) -> None:
+        """The connection is gone: cancel every run without reporting (the Edge failed them)."""
+        self.accepting = False
+        tasks = [t for r in self.runs.values() for t in (r.adapter_task, r.task) if t]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self.runs.clear()
+
+    async def _end(self, run_id: str, error: wire.RunError) -> None:
+        await self._safe_send(wire.RunEnd(run_id=run_id, ok=False, error=error))
+
+    async def _safe_send(self, message: wire.NodeToEdge) -> None:
+        try:
+            await self._send(message)
+        except Exception as exc:  # the client loop notices the closed connection itself
+            log.debug("could not send %s (%s)", type(message).__name__, type(exc).__name__)

@@ -1,0 +1,49 @@
+"""A fake CLI model for the cli adapter: ``python cli_tool.py MODE [ARG]``.
+
+echo          write stdin back, in two flushed pieces
+fail CODE     read stdin, write a message to stderr, exit with CODE
+sleep SECS    sleep, then echo
+hang PIDFILE  start a child, write "PID CHILD_PID" to PIDFILE, print "started", never end
+env NAME      print the value of environment variable NAME (or <unset>)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+
+def _echo(text: str) -> None:
+    half = len(text) // 2
+    for part in (text[:half], text[half:]):
+        sys.stdout.write(part)
+        sys.stdout.flush()
+
+
+def main(argv: list[str]) -> int:
+    mode = argv[1] if len(argv) > 1 else "echo"
+    if mode == "hang":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        with open(argv[2], "w") as fh:
+            fh.write(f"{os.getpid()} {child.pid}")
+        sys.stdout.write("started\n")
+        sys.stdout.flush()
+        time.sleep(3600)
+        return 0
+    if mode == "env":
+        sys.stdout.write(os.environ.get(argv[2], "<unset>"))
+        return 0
+    text = sys.stdin.read()
+    if mode == "fail":
+        sys.stderr.write("fake tool: something went wrong\n")
+        return int(argv[2])
+    if mode == "sleep":
+        time.sleep(float(argv[2]))
+    _echo(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,252 @@
+"""A fake OpenAI-compatible upstream: chat completions (stream, tools, usage), Responses,
+Anthropic Messages (SSE), count_tokens and models."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from aiohttp import web
+
+from tests.fakes.base import FakeServer, current, pieces
+
+
+def _sse(obj: Any, event: str | None = None) -> str:
+    head = f"event: {event}\n" if event else ""
+    return head + "data: " + json.dumps(obj, separators=(",", ":")) + "\n\n"
+
+
+class FakeOpenAI(FakeServer):
+    """Answers with ``reply_text`` and reports ``prompt_tokens``/``completion_tokens``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reply_text = "Hello from the fake upstream, streaming word by word."
+        self.prompt_tokens = 11
+        self.completion_tokens = 7
+        self.models = ["fake-model", "fake-model-large"]
+        self.tool_arguments = '{"city":"Paris"}'
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.post("/v1/chat/completions", self.chat),
+            web.post("/v1/responses", self.responses),
+            web.post("/v1/messages", self.messages),
+            web.post("/v1/messages/count_tokens", self.count_tokens),
+            web.get("/v1/models", self.list_models),
+        ]
+
+    # --- chat completions ------------------------------------------------------------------
+
+    def _tool(self, body: dict[str, Any]) -> str | None:
+        tools = body.get("tools") or []
+        if not tools or body.get("tool_choice") == "none":
+            return None
+        return str(tools[0].get("function", {}).get("name", "tool"))
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        if (failed := await self.fail_if_told(request)) is not None:
+            return failed
+        body = current().json or {}
+        model, tool = body.get("model", "fake-model"), self._tool(body)
+        usage = {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        }
+        base = {"id": "chatcmpl-fake", "created": int(time.time()), "model": model}
+        if not body.get("stream"):
+            message: dict[str, Any] = {"role": "assistant", "content": self.reply_text}
+            if tool:
+                message = {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": tool, "arguments": self.tool_arguments},
+                        }
+                    ],
+                }
+            return self.reply(
+                request,
+                {
+                    **base,
+                    "object": "chat.completion",
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": message,
+                            "finish_reason": "tool_calls" if tool else "stop",
+                        }
+                    ],
+                    "usage": usage,
+                },
+            )
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            extra = {"usage": None} if include_usage else {}
+            return _sse({**base, "object": "chat.completion.chunk", "choices": [choice], **extra})
+
+        chunks = [chunk({"role": "assistant", "content": ""})]
+        if tool:
+            half = len(self.tool_arguments) // 2
+            chunks.append(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "call_1",
+                                "type": "function",
+                                "function": {"name": tool, "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+            )
+            for part in (self.tool_arguments[:half], self.tool_arguments[half:]):
+                chunks.append(
+                    chunk({"tool_calls": [{"index": 0, "function": {"arguments": part}}]})
+                )
+        else:
+            chunks += [chunk({"content": p}) for p in pieces(self.reply_text)]
+        chunks.append(chunk({}, "tool_calls" if tool else "stop"))
+        if include_usage:
+            chunks.append(
+                _sse({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage})
+            )
+        chunks.append("data: [DONE]\n\n")
+        return await self.stream(request, chunks, "text/event-stream")
+
+    # --- responses -----------------------------------------------------------------------
+
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        if (failed := await self.fail_if_told(request)) is not None:
+            return failed
+        body = current().json or {}
+        usage = {
+            "input_tokens": self.prompt_tokens,
+            "output_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        }
+        output = [
+            {
+                "type": "message",
+                "role": "assistant",
+                "id": "msg_1",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": self.reply_text, "annotations": []}],
+            }
+        ]
+        final = {
+            "id": "resp_fake",
+            "object": "response",
+            "model": body.get("model", ""),
+            "status": "completed",
+            "output": output,
+            "usage": usage,
+        }
+        if not body.get("stream"):
+            return self.reply(request, final)
+        started = {**final, "status": "in_progress", "output": [], "usage": None}
+        chunks = [_sse({"type": "response.created", "response": started}, "response.created")]
+        for p in pieces(self.reply_text):
+            chunks.append(
+                _sse(
+                    {
+                        "type": "response.output_text.delta",
+                        "item_id": "msg_1",
+                        "output_index": 0,
+                        "content_index": 0,
+                        "delta": p,
+                    },
+                    "response.output_text.delta",
+                )
+            )
+        chunks.append(_sse({"type": "response.completed", "response": final}, "response.completed"))
+        return await self.stream(request, chunks, "text/event-stream")
+
+    # --- anthropic messages ----------------------------------------------------------------
+
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        if (failed := await self.fail_if_told(request)) is not None:
+            return failed
+        body = current().json or {}
+        model = body.get("model", "")
+        if not body.get("stream"):
+            return self.reply(
+                request,
+                {
+                    "id": "msg_fake",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [{"type": "text", "text": self.reply_text}],
+                    "stop_reason": "end_turn",
+                    "stop_sequence": None,
+                    "usage": {
+                        "input_tokens": self.prompt_tokens,
+                        "output_tokens": self.completion_tokens,
+                    },
+                },
+            )
+        start = {
+            "id": "msg_fake",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [],
+            "stop_reason": None,
+            "usage": {"input_tokens": self.prompt_tokens, "output_tokens": 1},
+        }
+        chunks = [
+            _sse({"type": "message_start", "message": start}, "message_start"),
+            _sse(
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                },
+                "content_block_start",
+            ),
+        ]
+        for p in pieces(self.reply_text):
+            chunks.append(
+                _sse(
+                    {
+                        "type": "content_block_delta",
+                        "index": 0,
+                        "delta": {"type": "text_delta", "text": p},
+                    },
+                    "content_block_delta",
+                )
+            )
+        chunks += [
+            _sse({"type": "content_block_stop", "index": 0}, "content_block_stop"),
+            _sse(
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn"},
+                    "usage": {"output_tokens": self.completion_tokens},
+                },
+                "message_delta",
+            ),
+            _sse({"type": "message_stop"}, "message_stop"),
+        ]
+        return await self.stream(request, chunks, "text/event-stream")
+
+    async def count_tokens(self, request: web.Request) -> web.StreamResponse:
+        if (failed := await self.fail_if_told(request)) is not None:
+            return failed
+        return self.reply(request, {"input_tokens": self.prompt_tokens})
+
+    async def list_models(self, request: web.Request) -> web.StreamResponse:
+        if (failed := await self.fail_if_told(request)) is not None:
+            return failed
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in self.models]
+        return self.reply(request, {"object": "list", "data": data})

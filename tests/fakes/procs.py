@@ -1,0 +1,38 @@
+"""Process checks for tests that kill commands (Linux /proc and pidfd)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+
+def reaped(pid: int) -> bool:
+    """True once ``pid`` is gone entirely (not even a zombie)."""
+    return not Path(f"/proc/{pid}").exists()
+
+
+async def wait_exit(pid: int, within: float = 5.0) -> None:
+    """Wait until a process (not necessarily our child) has terminated, via a pidfd."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    exited = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_reader(fd, exited.set)
+    try:
+        async with asyncio.timeout(within):
+            await exited.wait()
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` is a running (not zombie) process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
