@@ -230,7 +230,11 @@ class NodeHub:
                 stream=spec.stream,
                 body=body,
             )
-        await session.transport.send(wire.encode(message))
+        try:
+            await session.transport.send(wire.encode(message))
+        except BaseException:
+            self.close_run(channel)
+            raise
         return channel
 
     def close_run(self, channel: RunChannel) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from catalog.config import EdgeSnapshot
+from catalog.config.profiles.model import thaw
 from nodes import wire
 
 
@@ -26,7 +27,7 @@ def compile_payload(snapshot: EdgeSnapshot, node_id: str) -> wire.NodePayload:
         for provider_id, target in model.providers.items():
             served.setdefault(provider_id, {})[model.id] = target
     providers = []
-    for spec in node.providers:
+    for spec in sorted(node.providers, key=lambda p: p.id):  # order is not a change
         profile = spec.profile
         providers.append(
             wire.ProviderPayload(
@@ -48,7 +49,7 @@ def compile_payload(snapshot: EdgeSnapshot, node_id: str) -> wire.NodePayload:
                 first_byte_timeout_s=spec.first_byte_timeout_ms / 1000,
                 idle_timeout_s=spec.idle_timeout_ms / 1000,
                 run_timeout_s=(spec.run_timeout_ms / 1000) if spec.run_timeout_ms else None,
-                extensions=dict(profile.extensions),
+                extensions=thaw(profile.extensions),
             )
         )
     body = msgspec.to_builtins(providers)

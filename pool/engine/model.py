@@ -1,0 +1,93 @@
+"""Public value types of the pool: policy in, leases and snapshots out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class PoolProvider:
+    """One provider as the pool sees it; capacities are per (node, provider) resource (R-CFG-8)."""
+
+    node_id: str
+    provider_id: str
+    capacity: int
+    long_capacity: int
+    priority: int
+    enabled: bool
+    capabilities: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolPolicy:
+    """Everything live-appliable the pool needs; swapped whole by ``apply`` (R-REF-3)."""
+
+    providers: tuple[PoolProvider, ...]
+    groups: Mapping[str, tuple[str, ...]]  # model group id -> provider ids (order irrelevant)
+    max_queue: int  # >= 1; defaults are applied by the config loader (R-CFG-7)
+    queue_timeout_ms: int  # 0 = no timeout
+
+    def __post_init__(self) -> None:
+        if self.max_queue < 1:
+            raise ValueError("max_queue must be >= 1")
+        if self.queue_timeout_ms < 0:
+            raise ValueError("queue_timeout_ms must be >= 0")
+        seen: set[str] = set()
+        for provider in self.providers:
+            if provider.provider_id in seen:  # R-CFG-3: unique across the whole Edge
+                raise ValueError(f"duplicate provider id {provider.provider_id!r}")
+            seen.add(provider.provider_id)
+            if provider.capacity < 0 or provider.long_capacity < 0:
+                raise ValueError(f"negative capacity for provider {provider.provider_id!r}")
+
+
+@dataclass(eq=False, slots=True)
+class Lease:
+    """One admitted request's slot on (node_id, provider_id); release it exactly once (R-POOL-9)."""
+
+    request_id: int
+    node_id: str
+    provider_id: str
+    model: str
+    long: bool
+    _released: bool = field(default=False, init=False, repr=False)
+
+    @property
+    def released(self) -> bool:
+        """True once the pool has taken the slot back."""
+        return self._released
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderStatus:
+    """One provider's row in the snapshot; offline rows report effective figures of 0 (R-POOL-8)."""
+
+    node_id: str
+    provider_id: str
+    online: bool
+    capacity: int
+    in_flight: int
+    long_in_flight: int
+    queued: int
+    priority: int
+    enabled: bool
+    long_capacity: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSnapshot:
+    """Point-in-time view of the pool for status pages and metrics (R-POOL-8)."""
+
+    providers: tuple[ProviderStatus, ...]
+    queue_depth: int
+    oldest_wait_ms: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict with the same field names."""
+        return {
+            "providers": [asdict(row) for row in self.providers],
+            "queue_depth": self.queue_depth,
+            "oldest_wait_ms": self.oldest_wait_ms,
+        }

@@ -1,0 +1,120 @@
+"""The asyncio face of the pool: a future per waiter and one timer for the earliest deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from .core import PoolCore
+from .errors import PoolError
+from .model import Lease, PoolPolicy, PoolSnapshot
+from .state import Waiter
+
+
+class _FutureSink:
+    """Resolves each waiter's future; a done future means the caller went away."""
+
+    __slots__ = ()
+
+    def abandoned(self, waiter: Waiter) -> bool:
+        fut = waiter.handle
+        return isinstance(fut, asyncio.Future) and fut.done()
+
+    def granted(self, waiter: Waiter, lease: Lease) -> None:
+        fut = waiter.handle
+        assert isinstance(fut, asyncio.Future)  # set right after admit, before any pump
+        fut.set_result(lease)
+
+    def failed(self, waiter: Waiter, error: PoolError) -> None:
+        fut = waiter.handle
+        if isinstance(fut, asyncio.Future) and not fut.done():
+            fut.set_exception(error)
+
+
+class ProviderPool:
+    """Provider pool of one Edge process; every method runs on the event loop's thread."""
+
+    def __init__(self, policy: PoolPolicy, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._core = PoolCore(policy, _FutureSink(), clock)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+
+    async def acquire(
+        self, model: str, needs: frozenset[str] = frozenset(), *, long: bool = False
+    ) -> Lease:
+        """Lease a provider of ``model`` able to serve ``needs``, waiting in the root queue."""
+        outcome = self._core.admit(model, needs, long)
+        if isinstance(outcome, Lease):
+            return outcome
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Lease] = loop.create_future()
+        outcome.handle = fut
+        self._loop = loop
+        self._arm()
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.cancelled():
+                self._core.cancel(outcome)  # leaves the queue at once; no-op if a pump dropped it
+                self._arm()
+            elif fut.exception() is None:
+                self.release(fut.result())  # granted in the same tick as the cancel: no leak
+            raise
+
+    def release(self, lease: Lease) -> bool:
+        """Give the lease back; True the first time, False after (R-POOL-9). Synchronous."""
+        released = self._core.release(lease)
+        if self._timer_at is not None:
+            self._arm()
+        return released
+
+    def node_ready(self, node_id: str, generation: int) -> None:
+        """The node's connection generation acked its config: its providers become live."""
+        self._core.node_ready(node_id, generation)
+        self._arm()
+
+    def node_gone(self, node_id: str, generation: int) -> None:
+        """The node's connection generation ended (ignored when older than the ready one)."""
+        self._core.node_gone(node_id, generation)
+        self._arm()
+
+    def apply(self, policy: PoolPolicy) -> None:
+        """Install a new policy, keeping leases; re-evaluates waiters (R-REF-3)."""
+        self._core.apply(policy)
+        self._arm()
+
+    def expire(self) -> int:
+        """Time out overdue waiters now (the timer does this on its own); returns how many."""
+        ended = self._core.expire(self._clock())
+        self._arm()
+        return ended
+
+    def snapshot(self) -> PoolSnapshot:
+        """Per-provider figures, queue depth and oldest wait (R-POOL-8)."""
+        return self._core.snapshot()
+
+    def idle(self) -> bool:
+        """No lease and no waiter."""
+        return self._core.idle()
+
+    def _arm(self) -> None:
+        """Keep exactly one timer, set for the oldest waiter's deadline."""
+        when = self._core.next_deadline()
+        if when == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = when
+        if when is not None and self._loop is not None and not self._loop.is_closed():
+            delay = max(0.0, when - self._clock())
+            self._timer = self._loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self._core.expire(self._clock())
+        self._arm()

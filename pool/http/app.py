@@ -1,0 +1,195 @@
+"""``OpenAIApp``: the OpenAI-compatible ASGI app on ``openai.listen`` (DESIGN: the hot path).
+
+Per request: one snapshot identity check, header dict, auth by digest, bounded body, one
+JSON parse, one pool decision, one frame to the Node, then relay; one meter record at the
+end. No ORM, no Django, no logging except for a failure of the Edge itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from pool.http.body import ClientGone, read_body
+from pool.http.dispatch import dispatch
+from pool.http.errors import HttpError
+from pool.http.operations import ENDPOINTS, Endpoint, ParsedRequest, Target, parse_request
+from pool.http.relay import DisconnectWatch, Exchange
+from pool.http.tables import Tables
+from pool.metering import RequestRecord
+
+log = logging.getLogger("iop.http")
+
+MODELS_PATH = "/v1/models"
+MODELS_PREFIX = "/v1/models/"
+
+
+class OpenAIApp:
+    """Serves /v1/* (and /metrics with a scrape token) through the provider pool."""
+
+    def __init__(self, runtime: Any) -> None:
+        self.runtime = runtime
+        self._snapshot: Any = None
+        self._tables: Tables | None = None
+
+    def tables(self) -> Tables:
+        """The lookup tables of the active snapshot, rebuilt when it is swapped."""
+        snapshot = self.runtime.snapshot
+        if snapshot is not self._snapshot or self._tables is None:
+            self._tables = Tables(snapshot, self.runtime.started_at)
+            self._snapshot = snapshot
+        return self._tables
+
+    def target(self, model: str, provider_id: str) -> Target | None:
+        return self.tables().target(model, provider_id)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        if path == "/metrics":
+            await self._metrics(scope, send)
+            return
+        headers = dict(scope["headers"])
+        endpoint = ENDPOINTS.get(path)
+        models = endpoint is None and (path == MODELS_PATH or path.startswith(MODELS_PREFIX))
+        anthropic = (
+            endpoint.anthropic
+            if endpoint is not None
+            else (models and b"anthropic-version" in headers)
+        )
+        ex = Exchange(send, anthropic)
+        meta = _Meta(endpoint.operation if endpoint else ("models" if models else "unknown"))
+        started = time.perf_counter()
+        try:
+            tables = self.tables()
+            if endpoint is None and not models:
+                raise HttpError("not_found", f"no route for {scope['method']} {path[:200]}")
+            caller = tables.auth.authenticate(headers, anthropic)
+            meta.principal_ref, meta.token_ref = caller.principal_ref, caller.token_ref
+            if endpoint is None:
+                await self._models(scope["method"], path, tables, ex)
+            else:
+                await self._post(scope, receive, headers, endpoint, tables, ex, meta)
+        except HttpError as err:
+            await ex.fail(err)
+        except ClientGone:
+            ex.client_gone()
+        except Exception:  # a bug of the Edge itself: a JSON 500, never a page or a trace
+            log.exception("request to %s failed inside the Edge", path[:200])
+            await ex.fail(HttpError("internal_error"))
+        finally:
+            self._record(meta, ex, time.perf_counter() - started)
+
+    async def _post(
+        self,
+        scope: dict[str, Any],
+        receive: Any,
+        headers: dict[bytes, bytes],
+        endpoint: Endpoint,
+        tables: Tables,
+        ex: Exchange,
+        meta: _Meta,
+    ) -> None:
+        if scope["method"] != "POST":
+            raise HttpError("method_not_allowed", f"{scope['path']} accepts POST only")
+        forward = tables.provider_auth.forward_headers(headers)
+        body = await read_body(receive, headers.get(b"content-length"), tables.max_request_bytes)
+        request = parse_request(endpoint, body)
+        meta.request = request
+        if request.model in tables.snapshot.models:
+            meta.model_group = request.model
+        long = request.input_tokens_estimate >= tables.long_threshold  # R-POOL-7
+        watch = DisconnectWatch(receive, ex)
+        try:
+            await dispatch(
+                self.runtime,
+                request,
+                long=long,
+                forward_headers=forward,
+                target_of=self.target,
+                ex=ex,
+            )
+        except asyncio.CancelledError:
+            if not watch.absorb():
+                raise
+            ex.client_gone()  # lease released and run cancelled on the way out of dispatch
+        finally:
+            watch.stop()
+
+    async def _models(self, method: str, path: str, tables: Tables, ex: Exchange) -> None:
+        if method != "GET":
+            raise HttpError("method_not_allowed", f"{path} accepts GET only")
+        if path == MODELS_PATH:
+            await ex.respond(200, tables.models_body)
+            return
+        body = tables.model_bodies.get(path[len(MODELS_PREFIX) :])
+        if body is None:
+            raise HttpError("model_not_found", param="model")
+        await ex.respond(200, body)
+
+    async def _metrics(self, scope: dict[str, Any], send: Any) -> None:
+        """The Prometheus scrape, only with the configured ``openai.metrics_token``."""
+        from pool.metrics import metrics_response, scrape_allowed
+
+        ex = Exchange(send, False)
+        if self.runtime.snapshot.metrics_token is None:
+            await ex.fail(HttpError("not_found"))
+        elif scope["method"] != "GET":
+            await ex.fail(HttpError("method_not_allowed"))
+        elif not scrape_allowed(self.runtime, scope["headers"]):
+            await ex.fail(HttpError("invalid_api_key"))
+        else:
+            await metrics_response(self.runtime, send)
+
+    def _record(self, meta: _Meta, ex: Exchange, duration_s: float) -> None:
+        request = meta.request
+        status = ex.status or 500
+        usage = ex.usage
+        if usage is not None:
+            input_tokens, output_tokens, estimated = (
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.estimated,
+            )
+        elif (
+            request is not None and ex.provider_id is not None and meta.operation != "count_tokens"
+        ):
+            # No usage from the upstream: the documented estimates, marked as such.
+            input_tokens = request.input_tokens_estimate
+            output_tokens = (ex.output_bytes + 3) // 4
+            estimated = True
+        else:
+            input_tokens = output_tokens = 0
+            estimated = False
+        self.runtime.meter.record(
+            RequestRecord(
+                operation=meta.operation,
+                model_group=meta.model_group,
+                provider_id=ex.provider_id,
+                principal_ref=meta.principal_ref,
+                token_ref=meta.token_ref,
+                status=status,
+                code=ex.code,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                estimated=estimated,
+                duration_s=duration_s,
+                stream=ex.stream or (request is not None and request.stream),
+            )
+        )
+
+
+class _Meta:
+    """Who and what a request was, for its one meter record."""
+
+    __slots__ = ("model_group", "operation", "principal_ref", "request", "token_ref")
+
+    def __init__(self, operation: str) -> None:
+        self.operation = operation
+        self.model_group = ""  # only a configured group id: caller text never becomes a label
+        self.principal_ref: str | None = None
+        self.token_ref: str | None = None
+        self.request: ParsedRequest | None = None

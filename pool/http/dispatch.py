@@ -1,0 +1,66 @@
+"""One admitted request's life: lease -> run on the Node -> relay -> release (R-POOL-9).
+
+The lease is released in ``finally``, synchronously and exactly once, whatever ends the
+request: success, an upstream error, a Node going away, or the client disconnecting (the
+request task is then cancelled, while queued or while running; FIELD-NOTES: asyncio and
+leases). A run still going on its Node is cancelled there by ``hub.close_run``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from nodes.hub import NodeUnavailable
+from nodes.runs import RunChannel, RunSpec
+from pool.engine.errors import PoolError
+from pool.http.errors import HttpError, from_pool_error
+from pool.http.operations import ParsedRequest, Target, upstream_body
+from pool.http.relay import Exchange, relay_stream, relay_whole
+
+TargetOf = Callable[[str, str], Target | None]
+
+
+async def dispatch(
+    runtime: Any,
+    request: ParsedRequest,
+    *,
+    long: bool,
+    forward_headers: tuple[tuple[str, str], ...],
+    target_of: TargetOf,
+    ex: Exchange,
+) -> None:
+    """Admit ``request`` to the pool, run it on the leased provider and relay the answer."""
+    pool = runtime.pool
+    try:
+        lease = await pool.acquire(request.model, request.needs, long=long)
+    except PoolError as exc:
+        raise from_pool_error(exc) from None
+    channel: RunChannel | None = None
+    try:
+        ex.provider_id = lease.provider_id
+        target = target_of(request.model, lease.provider_id)
+        if target is None:  # the mapping went away in a refresh between admission and here
+            raise HttpError("no_available_provider")
+        spec = RunSpec(
+            tunnel=target.tunnel,
+            operation=request.endpoint.operation,
+            stream=request.stream,
+            body=upstream_body(request, target),
+            # R-AUTH-2: a forwarded credential goes to OpenAI-compatible providers only.
+            forward_headers=forward_headers if target.tunnel else (),
+        )
+        try:
+            channel = await runtime.hub.open_run(lease, spec)
+        except NodeUnavailable:
+            raise HttpError(
+                "no_available_provider", "the provider's node is not connected"
+            ) from None
+        if request.stream:
+            await relay_stream(channel, ex)
+        else:
+            await relay_whole(channel, ex)
+    finally:
+        if channel is not None:
+            runtime.hub.close_run(channel)
+        pool.release(lease)

@@ -1,0 +1,134 @@
+"""The one error table of the HTTP surface, in OpenAI and Anthropic shapes (docs/http-api.md).
+
+Every refusal the surface makes is an ``HttpError`` whose ``code`` is a row here; nothing
+else ever reaches a client (no HTML page, no stack trace).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from nodes import wire
+from pool.engine.errors import PoolError
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    status: int
+    openai_type: str
+    anthropic_type: str
+    message: str
+
+
+ERRORS: dict[str, Row] = {
+    "invalid_request": Row(
+        400, "invalid_request_error", "invalid_request_error", "the request is not valid"
+    ),
+    "unsupported_operation": Row(
+        400,
+        "invalid_request_error",
+        "invalid_request_error",
+        "no provider of this model supports the requested operation",
+    ),
+    "invalid_api_key": Row(
+        401, "invalid_request_error", "authentication_error", "invalid or missing API key"
+    ),
+    "provider_credential_refused": Row(
+        403,
+        "invalid_request_error",
+        "permission_error",
+        "caller-supplied provider credentials are refused in managed mode",
+    ),
+    "not_found": Row(404, "invalid_request_error", "not_found_error", "not found"),
+    "model_not_found": Row(
+        404, "invalid_request_error", "not_found_error", "the requested model does not exist"
+    ),
+    "method_not_allowed": Row(
+        405, "invalid_request_error", "invalid_request_error", "method not allowed"
+    ),
+    "request_too_large": Row(
+        413, "invalid_request_error", "request_too_large", "the request body is too large"
+    ),
+    "queue_full": Row(429, "rate_limit_error", "rate_limit_error", "the provider queue is full"),
+    "internal_error": Row(500, "server_error", "api_error", "internal error"),
+    "upstream_error": Row(502, "server_error", "api_error", "the upstream request failed"),
+    "queue_timeout": Row(
+        503, "server_error", "overloaded_error", "timed out waiting for a free provider"
+    ),
+    "no_available_provider": Row(
+        503, "server_error", "overloaded_error", "no provider is available for this model"
+    ),
+    "upstream_timeout": Row(
+        504, "server_error", "api_error", "the upstream did not answer in time"
+    ),
+}
+
+RETRY_AFTER_S = 1  # 429 queue_full: the queue drains as runs end; a short back-off is enough
+
+# Node run failures (wire.RunError.code) -> table code; anything else is an upstream error.
+_RUN_CODES = {"upstream_timeout": "upstream_timeout", "unknown_provider": "no_available_provider"}
+
+
+class HttpError(Exception):
+    """A refusal with a table ``code``; ``message`` must be safe to show (never a secret)."""
+
+    def __init__(self, code: str, message: str | None = None, param: str | None = None) -> None:
+        row = ERRORS[code]
+        super().__init__(message or row.message)
+        self.code = code
+        self.row = row
+        self.message = message or row.message
+        self.param = param
+
+    @property
+    def status(self) -> int:
+        return self.row.status
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """Extra response headers of this error (Retry-After on 429)."""
+        if self.row.status == 429:
+            return [(b"retry-after", str(RETRY_AFTER_S).encode())]
+        return []
+
+
+def from_pool_error(exc: PoolError) -> HttpError:
+    """Map a pool refusal (its ``code`` is already a table row) to the HTTP error."""
+    code = exc.code if exc.code in ERRORS else "no_available_provider"
+    return HttpError(code, str(exc) or None)
+
+
+def from_run_error(error: wire.RunError | None) -> HttpError:
+    """Map a Node run failure to the table: timeouts 504, everything else 502."""
+    if error is None:
+        return HttpError("upstream_error")
+    return HttpError(_RUN_CODES.get(error.code, "upstream_error"), error.message or None)
+
+
+def openai_body(err: HttpError) -> dict[str, Any]:
+    return {
+        "error": {
+            "message": err.message,
+            "type": err.row.openai_type,
+            "param": err.param,
+            "code": err.code,
+        }
+    }
+
+
+def anthropic_body(err: HttpError) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": err.row.anthropic_type, "message": err.message}}
+
+
+def error_json(err: HttpError, anthropic: bool) -> bytes:
+    """The error response body; ASCII-only so it is safe inside SSE lines too."""
+    body = anthropic_body(err) if anthropic else openai_body(err)
+    return json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode()
+
+
+def stream_error_event(err: HttpError, anthropic: bool) -> bytes:
+    """The in-band event that ends a stream which failed after it started."""
+    if anthropic:
+        return b"event: error\ndata: " + error_json(err, True) + b"\n\n"
+    return b"data: " + error_json(err, False) + b"\n\n"

@@ -1,0 +1,181 @@
+"""What a request is: its operation, the capabilities it needs, its context class and the
+exact body sent upstream (R-PROF-4, R-PROF-5, R-POOL-7, R-CFG-2, R-CFG-11).
+
+The body is parsed once; the upstream body is encoded once, after the pool picked the
+provider, because only then is the served model name known.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from pool.http.errors import HttpError
+
+# Fields that would let a caller choose the upstream or carry a provider key in the body:
+# never passed through (the URL comes only from the provider's profile, R-PROF-6).
+FORBIDDEN_FIELDS = ("api_base", "base_url", "api_key")
+BYTES_PER_TOKEN = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One POST endpoint: its wire operation, the capability it needs and its error shape."""
+
+    operation: str  # the Node operation: chat_completions | responses | messages | count_tokens
+    capability: str  # R-PROF-4 capability that admits a provider for it
+    anthropic: bool  # Anthropic error shape and x-api-key auth
+    streamable: bool
+    list_field: str | None  # a field that must be a non-empty JSON array
+    required_int: str | None = None  # a field that must be an integer
+
+
+ENDPOINTS: dict[str, Endpoint] = {
+    "/v1/chat/completions": Endpoint("chat_completions", "chat", False, True, "messages"),
+    "/v1/responses": Endpoint("responses", "responses", False, True, None),
+    "/v1/messages": Endpoint("messages", "messages", True, True, "messages", "max_tokens"),
+    "/v1/messages/count_tokens": Endpoint("count_tokens", "count_tokens", True, False, "messages"),
+}
+
+_NEEDS: dict[tuple[str, bool, bool], frozenset[str]] = {}
+
+
+def needs_for(capability: str, stream: bool, tools: bool) -> frozenset[str]:
+    """R-PROF-4: the capability set a request needs (shared frozensets: pool keys stay cheap)."""
+    key = (capability, stream, tools)
+    found = _NEEDS.get(key)
+    if found is None:
+        names = {capability}
+        if stream:
+            names.add("streaming")
+        if tools:
+            names.add("tool_calling")
+        found = _NEEDS[key] = frozenset(names)
+    return found
+
+
+def estimate_tokens(body: bytes) -> int:
+    """The documented input-token estimate: one token per 4 bytes of the request body.
+
+    Deliberately cheap and on the high side (JSON punctuation counts too), so a request
+    near the threshold is treated as long rather than overrunning a normal slot (R-POOL-7).
+    """
+    return (len(body) + BYTES_PER_TOKEN - 1) // BYTES_PER_TOKEN
+
+
+@dataclass(slots=True)
+class ParsedRequest:
+    endpoint: Endpoint
+    data: dict[str, Any]
+    model: str
+    stream: bool
+    needs: frozenset[str]
+    input_tokens_estimate: int
+
+
+def _invalid(message: str, param: str | None = None) -> HttpError:
+    return HttpError("invalid_request", message, param)
+
+
+def parse_request(endpoint: Endpoint, body: bytes) -> ParsedRequest:
+    """Decode and check the fields the Edge relies on; ``invalid_request`` names the field."""
+    try:
+        data = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        raise _invalid("the request body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise _invalid("the request body must be a JSON object")
+    for name in FORBIDDEN_FIELDS:
+        if name in data:
+            raise _invalid(f"'{name}' is not accepted: the upstream is chosen by the model", name)
+    model = data.get("model")
+    if not isinstance(model, str) or not model:
+        raise _invalid("'model' is required and must be a non-empty string", "model")
+    stream = data.get("stream", False)
+    if stream is None:
+        stream = False
+    elif not isinstance(stream, bool):
+        raise _invalid("'stream' must be a boolean", "stream")
+    if not endpoint.streamable:
+        stream = False
+    field = endpoint.list_field
+    if field is not None:
+        value = data.get(field)
+        if not isinstance(value, list) or not value:
+            raise _invalid(f"'{field}' is required and must be a non-empty array", field)
+    if endpoint.required_int is not None and not _is_int(data.get(endpoint.required_int)):
+        name = endpoint.required_int
+        raise _invalid(f"'{name}' is required and must be an integer", name)
+    tools = data.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise _invalid("'tools' must be an array", "tools")
+    options = data.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise _invalid("'stream_options' must be an object", "stream_options")
+    uses_tools = bool(tools) or bool(data.get("functions"))
+    return ParsedRequest(
+        endpoint=endpoint,
+        data=data,
+        model=model,
+        stream=stream,
+        needs=needs_for(endpoint.capability, stream, uses_tools),
+        input_tokens_estimate=estimate_tokens(body),
+    )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """How one provider runs one model group."""
+
+    model: str  # the upstream ``model`` value
+    tunnel: bool  # OpenAI-compatible passthrough (TunnelRequest) vs normalized (RunRequest)
+    chat_usage_option: bool  # openai_chat driver: streams report usage only when asked
+
+
+def build_targets(snapshot: Any) -> dict[tuple[str, str], Target]:
+    """(model group, provider id) -> Target, for every mapping in the catalog.
+
+    The upstream model is the served name the catalog gives the provider for the group
+    (R-CFG-2; the catalog is the source of truth, R-CFG-11), passed once through the
+    provider profile's ``model_mapping`` (R-PROF-5). The external key itself never goes
+    upstream unless the catalog names it as the served model.
+    """
+    targets: dict[tuple[str, str], Target] = {}
+    for group in snapshot.models.values():
+        for provider_id, served in group.providers.items():
+            spec = snapshot.providers.get(provider_id)
+            if spec is None:
+                continue
+            profile = spec.profile
+            targets[(group.id, provider_id)] = Target(
+                model=profile.map_model(served),
+                tunnel=profile.adapter == "openai_compat",
+                chat_usage_option=profile.driver == "openai_chat",
+            )
+    return targets
+
+
+def upstream_body(request: ParsedRequest, target: Target) -> bytes:
+    """The body sent to the Node: the caller's JSON with ``model`` set to the served target.
+
+    An openai_chat stream also gets ``stream_options.include_usage`` so its usage can be
+    metered; the caller then sees the final usage chunk that option defines.
+    """
+    data = request.data
+    data["model"] = target.model
+    if (
+        request.stream
+        and target.chat_usage_option
+        and request.endpoint.operation == "chat_completions"
+    ):
+        options = data.get("stream_options")
+        data["stream_options"] = (
+            {**options, "include_usage": True} if options else {"include_usage": True}
+        )
+    return msgspec.json.encode(data)

@@ -1,0 +1,204 @@
+"""Sending responses: whole bodies, relayed streams, errors, and the client-disconnect watch.
+
+Under daphne a ``send`` to a gone client is dropped silently and the app learns of the
+disconnect only from ``receive()`` (FIELD-NOTES: streaming under daphne), so every dispatched
+request runs beside a ``DisconnectWatch``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from nodes import wire
+from nodes.runs import RunChannel
+from pool.http.body import Receive
+from pool.http.errors import HttpError, error_json, from_run_error, stream_error_event
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+PING_INTERVAL_S = 15.0  # an idle stream gets an SSE comment so a dead peer surfaces
+PING = b": ping\n\n"
+JSON_HEADERS = [(b"content-type", b"application/json")]
+SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+CLIENT_CLOSED = 499  # metered status of a request whose client went away
+
+
+class Exchange:
+    """The response side of one request: what was sent, and what metering needs to know."""
+
+    __slots__ = (
+        "anthropic",
+        "code",
+        "done",
+        "output_bytes",
+        "provider_id",
+        "send",
+        "started",
+        "status",
+        "stream",
+        "usage",
+    )
+
+    def __init__(self, send: Send, anthropic: bool) -> None:
+        self.send = send
+        self.anthropic = anthropic
+        self.started = False  # response headers sent
+        self.done = False  # final body chunk sent
+        self.stream = False
+        self.status = 0
+        self.code: str | None = None
+        self.provider_id: str | None = None
+        self.usage: wire.Usage | None = None
+        self.output_bytes = 0
+
+    async def respond(
+        self, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = JSON_HEADERS
+    ) -> None:
+        """A complete response in two sends."""
+        self.status = status
+        self.started = True
+        await self.send({"type": "http.response.start", "status": status, "headers": headers})
+        self.done = True
+        await self.send({"type": "http.response.body", "body": body})
+
+    async def fail(self, err: HttpError) -> None:
+        """Answer with ``err``: an error response, or an in-band event if a stream started."""
+        self.status, self.code = err.status, err.code
+        if not self.started:
+            headers = JSON_HEADERS + err.headers()
+            self.started = self.done = True
+            await self.send(
+                {"type": "http.response.start", "status": err.status, "headers": headers}
+            )
+            await self.send({"type": "http.response.body", "body": error_json(err, self.anthropic)})
+        elif not self.done:  # never a silent truncation: the stream ends with the error
+            self.done = True
+            await self.send(
+                {"type": "http.response.body", "body": stream_error_event(err, self.anthropic)}
+            )
+
+    def client_gone(self) -> None:
+        self.status, self.code, self.done = CLIENT_CLOSED, "client_closed", True
+
+    async def open_stream(self) -> None:
+        if not self.started:
+            self.started = True
+            self.status = 200
+            await self.send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+
+    async def chunk(self, body: bytes, more: bool) -> None:
+        self.output_bytes += len(body)
+        if not more:
+            self.done = True
+        await self.send({"type": "http.response.body", "body": body, "more_body": more})
+
+
+async def relay_whole(channel: RunChannel, ex: Exchange) -> None:
+    """A non-stream run: the Node's output is the response body, sent once the run ends ok."""
+    parts: list[str] = []
+    while True:
+        item = await channel.get()
+        if isinstance(item, str):
+            parts.append(item)
+            continue
+        ex.usage = item.usage
+        if not item.ok:
+            raise from_run_error(item.error)
+        body = "".join(parts).encode()
+        ex.output_bytes = len(body)
+        await ex.respond(200, body)
+        return
+
+
+async def relay_stream(channel: RunChannel, ex: Exchange, ping_s: float | None = None) -> None:
+    """Relay a streamed run chunk by chunk; chunks already queued go out in one send.
+
+    A failure before any output is a plain error response; after output started it ends
+    the stream with an in-band error event (never a silent truncation).
+    """
+    ex.stream = True
+    if ping_s is None:
+        ping_s = PING_INTERVAL_S
+    item = await _next(channel, ex, ping_s)
+    while True:
+        end: wire.RunEnd | None = None
+        if isinstance(item, str):
+            parts = [item]
+            while (more := channel.get_nowait()) is not None:
+                if isinstance(more, str):
+                    parts.append(more)
+                else:
+                    end = more
+                    break
+            body = (parts[0] if len(parts) == 1 else "".join(parts)).encode()
+        else:
+            end, body = item, b""
+        if end is None:
+            await ex.open_stream()
+            await ex.chunk(body, True)
+            item = await _next(channel, ex, ping_s)
+            continue
+        ex.usage = end.usage
+        if end.ok:
+            await ex.open_stream()
+            await ex.chunk(body, False)
+            return
+        err = from_run_error(end.error)
+        if not ex.started and not body:
+            raise err
+        await ex.open_stream()
+        ex.status, ex.code = err.status, err.code
+        await ex.chunk(body + stream_error_event(err, ex.anthropic), False)
+        return
+
+
+async def _next(channel: RunChannel, ex: Exchange, ping_s: float) -> str | wire.RunEnd:
+    item = channel.get_nowait()
+    if item is not None:
+        return item
+    while True:
+        try:
+            async with asyncio.timeout(ping_s):
+                return await channel.get()
+        except TimeoutError:
+            await ex.open_stream()  # a long silence commits the stream so pings can flow
+            await ex.send({"type": "http.response.body", "body": PING, "more_body": True})
+
+
+class DisconnectWatch:
+    """Cancels the request task when the client goes away, so the run and lease end at once.
+
+    A disconnect after the final chunk (daphne reports one after every response) is
+    ignored. ``absorb`` tells whether a CancelledError was ours; any other cancellation
+    (daphne's kill, shutdown) must propagate.
+    """
+
+    __slots__ = ("_armed", "_ex", "_task", "_watcher", "disconnected")
+
+    def __init__(self, receive: Receive, ex: Exchange) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self._ex = ex
+        self._armed = True
+        self.disconnected = False
+        self._watcher = asyncio.get_running_loop().create_task(self._watch(receive))
+
+    async def _watch(self, receive: Receive) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                if self._armed and not self._ex.done:
+                    self.disconnected = True
+                    self._task.cancel()
+                return
+
+    def absorb(self) -> bool:
+        """True when the cancellation came from this watch alone; the task is then un-cancelled."""
+        return self.disconnected and self._task.uncancel() == 0
+
+    def stop(self) -> None:
+        self._armed = False
+        self._watcher.cancel()

@@ -1,0 +1,146 @@
+"""What one request is counted as: the record, its bounded labels and its usage attribution.
+
+Every label value is checked against the active snapshot, so label sets are bounded by the
+config and a value that is not a configured id or ref (a raw token passed by mistake, a
+caller-supplied model name) becomes ``-`` (R-REF-6, R-AUTH-6).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from catalog.config import EdgeSnapshot
+
+NO_LABEL = "-"  # an unknown or empty label value
+_WORD = re.compile(r"[a-z][a-z0-9_]{0,47}")  # operation names and error codes
+OTHER = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One finished request, as the HTTP surface reports it to the meter."""
+
+    operation: str
+    model_group: str
+    provider_id: str | None
+    principal_ref: str | None
+    token_ref: str | None
+    status: int
+    code: str | None
+    input_tokens: int
+    output_tokens: int
+    estimated: bool
+    duration_s: float
+    stream: bool
+
+
+class RequestLabels(NamedTuple):
+    """The bounded label values of one record."""
+
+    operation: str
+    model_group: str
+    provider: str
+    code: str
+    principal_ref: str
+    token_ref: str
+    attributed_to: str
+    attribution: str
+    failed: bool
+
+
+class LabelIndex:
+    """The configured ids and refs of one snapshot, for O(1) label checks."""
+
+    __slots__ = ("attribution", "codes", "group_providers", "operations", "principal_refs",
+                 "token_refs")  # fmt: skip
+
+    def __init__(self, snapshot: EdgeSnapshot, operations: Vocabulary, codes: Vocabulary) -> None:
+        self.operations, self.codes = operations, codes
+        self.attribution = {mid: m.usage_attribution for mid, m in snapshot.models.items()}
+        self.group_providers = {mid: frozenset(m.providers) for mid, m in snapshot.models.items()}
+        self.token_refs = {t.token_ref: t.principal_ref for t in snapshot.principal_tokens}
+        self.principal_refs = frozenset(t.principal_ref for t in snapshot.principal_tokens)
+
+    def labels(self, record: RequestRecord) -> RequestLabels:
+        """Resolve a record to bounded labels and its attribution (R-CFG-4, R-PROF-7b)."""
+        group = record.model_group if record.model_group in self.attribution else NO_LABEL
+        providers = self.group_providers.get(group, frozenset())
+        provider = record.provider_id if record.provider_id in providers else NO_LABEL
+        # R-CFG-4: omitted means provider; model_group is the operator's explicit opt-in.
+        attribution = self.attribution.get(group, NO_LABEL)
+        if attribution == "model_group":
+            attributed_to = group
+        elif attribution == "provider":
+            attributed_to = provider
+        else:
+            attributed_to = NO_LABEL
+        token_ref = record.token_ref if record.token_ref in self.token_refs else NO_LABEL
+        if token_ref != NO_LABEL:
+            principal_ref = self.token_refs[token_ref]
+        elif record.principal_ref in self.principal_refs:
+            principal_ref = record.principal_ref
+        else:
+            principal_ref = NO_LABEL
+        failed = record.status >= 400 or (record.code not in (None, "", "ok"))
+        return RequestLabels(
+            operation=self.operations.word(record.operation),
+            model_group=group,
+            provider=provider,
+            code=self.codes.word(outcome_code(record.status, record.code)) if failed else "ok",
+            principal_ref=principal_ref,
+            token_ref=token_ref,
+            attributed_to=attributed_to,
+            attribution=attribution,
+            failed=failed,
+        )
+
+
+class Vocabulary:
+    """A bounded set of label words: the first ``limit`` distinct ones, then ``other``.
+
+    Operation names and error codes come from the Edge's own closed sets; the bound keeps
+    a misbehaving caller of ``record()`` from growing the series without limit.
+    """
+
+    __slots__ = ("_limit", "_seen")
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._seen: set[str] = set()
+
+    def word(self, value: object) -> str:
+        if value in self._seen:
+            return value  # type: ignore[return-value]
+        word = closed_word(value)
+        if word == NO_LABEL or word in self._seen:
+            return word
+        if len(self._seen) >= self._limit:
+            return OTHER
+        self._seen.add(word)
+        return word
+
+
+def closed_word(value: object) -> str:
+    """A short lowercase identifier (letters, digits, underscores), else ``-``."""
+    text = str(value or "").lower()
+    return text if _WORD.fullmatch(text) else NO_LABEL
+
+
+def outcome_code(status: int, code: str | None) -> str:
+    """The error code label: the surface's code, else ``http_<status>``."""
+    word = closed_word(code) if code else NO_LABEL
+    if word != NO_LABEL:
+        return word
+    return f"http_{int(status)}" if 100 <= int(status) <= 599 else "error"
+
+
+def token_count(value: object) -> int:
+    """A non-negative integer token count (a missing or odd figure counts as 0)."""
+    try:
+        number = int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return 0
+    return max(number, 0)

@@ -1,0 +1,256 @@
+"""The usage meter: Prometheus counters per request and batched writes to the usage ledger.
+
+``record()`` runs at the end of every request on the event loop: label lookups, counter
+increments and one dict update, no I/O. One task per meter writes the pending aggregates
+to the database every few seconds through a worker thread, so the ORM never runs on the
+request path (DESIGN: the hot path).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import sync_to_async
+from django.core.exceptions import ImproperlyConfigured
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from pool.metering.labels import (
+    LabelIndex,
+    RequestLabels,
+    RequestRecord,
+    Vocabulary,
+    token_count,
+)
+from pool.metering.pending import Counts, PendingUsage, UsageKey, hour_bucket
+
+if TYPE_CHECKING:
+    from catalog.config import EdgeSnapshot
+
+logger = logging.getLogger(__name__)
+
+RETENTION_SETTING = "IOP_USAGE_RETENTION_DAYS"
+DEFAULT_RETENTION_DAYS = 90
+PRUNE_EVERY_S = 24 * 3600
+MAX_OPERATIONS = 32  # distinct operation labels; the Edge has fewer than ten
+MAX_CODES = 64  # distinct error-code labels
+DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+
+Writer = Callable[[dict[UsageKey, Counts], datetime | None], int]
+
+
+def usage_retention_days() -> int:
+    """Days of usage rows to keep: Django setting, else environment, else 90; 0 keeps all."""
+    from django.conf import settings
+
+    raw = getattr(settings, RETENTION_SETTING, None) if settings.configured else None
+    if raw is None:
+        raw = os.environ.get(RETENTION_SETTING, "")
+    if raw == "":
+        return DEFAULT_RETENTION_DAYS
+    try:
+        days = int(raw)
+    except (TypeError, ValueError):
+        raise ImproperlyConfigured(
+            f"{RETENTION_SETTING}: expected a whole number of days, got {raw!r}"
+        ) from None
+    if days < 0:
+        raise ImproperlyConfigured(f"{RETENTION_SETTING}: must be 0 (keep all) or more")
+    return days
+
+
+def write_in_worker(batch: dict[UsageKey, Counts], prune_before: datetime | None) -> int:
+    """Write a batch from a worker thread, then close that thread's connections."""
+    from django.db import connections
+
+    from pool.metering.store import write_batch
+
+    try:
+        return write_batch(batch, prune_before=prune_before)
+    finally:
+        connections.close_all()
+
+
+class UsageMeter:
+    """Counts requests and tokens (R-AUTH-1, R-CFG-4) into its own registry and the ledger."""
+
+    def __init__(
+        self,
+        snapshot: Callable[[], EdgeSnapshot],
+        *,
+        flush_interval_s: float = 5.0,
+        max_pending_keys: int = 10_000,
+        retention_days: int | None = None,
+        writer: Writer | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._snapshot = snapshot
+        self._interval = flush_interval_s
+        self._clock = clock
+        self._writer: Writer = writer or write_in_worker
+        self._retention_days = usage_retention_days() if retention_days is None else retention_days
+        self.pending = PendingUsage(max_pending_keys)
+        self._operations, self._codes = Vocabulary(MAX_OPERATIONS), Vocabulary(MAX_CODES)
+        self._request_cache: dict[RequestLabels, tuple[Any, Any]] = {}
+        self._token_cache: dict[tuple[RequestLabels, bool], tuple[Any, Any]] = {}
+        self.registry = CollectorRegistry()
+        self._index_for: EdgeSnapshot | None = None
+        self._index: LabelIndex | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._lock: asyncio.Lock | None = None
+        self._next_prune = 0.0  # monotonic; 0 = the first write also prunes
+        self._closed = False
+        self._define_metrics()
+
+    def _define_metrics(self) -> None:
+        reg = self.registry
+        self._requests = Counter(
+            "iop_requests", "Requests finished, by outcome code (ok or the error code).",
+            ["operation", "model_group", "provider", "code"], registry=reg,
+        )  # fmt: skip
+        self._duration = Histogram(
+            "iop_request_duration_seconds", "Time from request start to its end.",
+            ["operation", "model_group"], buckets=DURATION_BUCKETS, registry=reg,
+        )  # fmt: skip
+        self._tokens = Counter(
+            "iop_tokens", "Tokens in and out, attributed per the model's usage_attribution.",
+            ["direction", "principal_ref", "token_ref", "model_group", "attributed_to",
+             "attribution", "estimated"], registry=reg,
+        )  # fmt: skip
+        self._overflow = Counter(
+            "iop_usage_overflow", "Requests folded into a collapsed ledger key (pending map full).",
+            registry=reg,
+        )  # fmt: skip
+        self._flush_failures = Counter(
+            "iop_usage_flush_failures", "Ledger writes that failed and were kept for retry.",
+            registry=reg,
+        )  # fmt: skip
+        pending = Gauge("iop_usage_pending_keys", "Ledger keys not yet written.", registry=reg)
+        pending.set_function(lambda: len(self.pending))
+
+    def record(self, record: RequestRecord) -> None:
+        """Count one finished request; synchronous and O(1), no I/O."""
+        snapshot = self._snapshot()
+        if snapshot is not self._index_for or self._index is None:
+            index = LabelIndex(snapshot, self._operations, self._codes)
+            self._index, self._index_for = index, snapshot
+        lab = self._index.labels(record)
+        tokens_in, tokens_out = token_count(record.input_tokens), token_count(record.output_tokens)
+        estimated = bool(record.estimated)
+        requests, duration = self._request_series(lab)
+        requests.inc()
+        duration.observe(max(float(record.duration_s), 0.0))
+        if tokens_in or tokens_out:
+            counted_in, counted_out = self._token_series(lab, estimated)
+            counted_in.inc(tokens_in)
+            counted_out.inc(tokens_out)
+        key = UsageKey(
+            hour_bucket(self._clock()), lab.principal_ref, lab.token_ref, lab.model_group,
+            lab.attributed_to, lab.attribution, estimated,
+        )  # fmt: skip
+        if self.pending.add(key, Counts(1, int(lab.failed), tokens_in, tokens_out)):
+            self._overflow.inc()
+        self.start()
+        if self.pending.full and self._wake is not None:
+            self._wake.set()  # a full map asks for an early flush
+
+    def _request_series(self, lab: RequestLabels) -> tuple[Any, Any]:
+        # Children are cached: label lookups dominate record()'s cost otherwise. The caches
+        # are bounded like the series themselves (label values are config ids or "-").
+        series = self._request_cache.get(lab)
+        if series is None:
+            series = self._request_cache[lab] = (
+                self._requests.labels(lab.operation, lab.model_group, lab.provider, lab.code),
+                self._duration.labels(lab.operation, lab.model_group),
+            )
+        return series
+
+    def _token_series(self, lab: RequestLabels, estimated: bool) -> tuple[Any, Any]:
+        series = self._token_cache.get((lab, estimated))
+        if series is None:
+            who = (lab.principal_ref, lab.token_ref, lab.model_group, lab.attributed_to,
+                   lab.attribution, "true" if estimated else "false")  # fmt: skip
+            series = self._token_cache[(lab, estimated)] = (
+                self._tokens.labels("in", *who),
+                self._tokens.labels("out", *who),
+            )
+        return series
+
+    def start(self) -> None:
+        """Start the periodic flush task in the running loop; idempotent, no-op without a loop."""
+        if self._closed:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if self._loop is loop and self._task is not None and not self._task.done():
+            return
+        self._bind(loop)
+        self._task = loop.create_task(self._run(), name="iop-usage-flush")
+
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        # asyncio primitives belong to one loop; a meter reused under a new loop gets new ones.
+        if self._loop is not loop:
+            self._loop, self._wake, self._lock = loop, asyncio.Event(), asyncio.Lock()
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        wake = self._wake
+        while True:
+            try:
+                async with asyncio.timeout(self._interval):
+                    await wake.wait()
+            except TimeoutError:
+                pass
+            wake.clear()
+            # Shielded: cancelling the loop task never abandons a batch half-way; aclose()
+            # waits for it through the lock before its final flush.
+            await asyncio.shield(self.flush())
+
+    async def flush(self) -> int:
+        """Write the pending aggregates in one batch; return the number of rows upserted."""
+        self._bind(asyncio.get_running_loop())
+        assert self._lock is not None
+        async with self._lock:
+            batch = self.pending.take()
+            if not batch:
+                return 0
+            prune_before = self._prune_due()
+            write = sync_to_async(self._writer, thread_sensitive=False)
+            try:
+                return await write(batch, prune_before)
+            except Exception as exc:
+                # Keep the batch for the next flush; the message may quote row values, so
+                # only the error type is logged.
+                self.pending.merge(batch)
+                if prune_before is not None:
+                    self._next_prune = 0.0  # the prune did not happen either
+                self._flush_failures.inc()
+                logger.warning(
+                    "usage ledger write failed (%s); %d keys kept for the next flush",
+                    type(exc).__name__, len(batch),
+                )  # fmt: skip
+                return 0
+
+    def _prune_due(self) -> datetime | None:
+        if self._retention_days <= 0 or time.monotonic() < self._next_prune:
+            return None
+        self._next_prune = time.monotonic() + PRUNE_EVERY_S
+        return datetime.fromtimestamp(self._clock(), tz=UTC) - timedelta(days=self._retention_days)
+
+    async def aclose(self) -> None:
+        """Stop the periodic task and write what is pending."""
+        self._closed = True
+        task, self._task = self._task, None
+        if task is not None and not task.done() and task.get_loop() is asyncio.get_running_loop():
+            task.cancel()
+            await asyncio.wait([task])
+        await self.flush()

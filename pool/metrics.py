@@ -1,0 +1,129 @@
+"""GET /metrics: the meter's registry plus pool gauges read at scrape time (Prometheus text).
+
+Served on the loopback admin listener, and on the public listener only to a caller that
+presents the configured scrape token (``openai.metrics_token``). Labels carry ids and refs
+only, never a credential or raw token (R-REF-6, R-AUTH-6).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.registry import Collector
+
+from catalog.config.secrets import SecretUnavailableError
+
+if TYPE_CHECKING:
+    from pool.runtime import EdgeRuntime
+
+logger = logging.getLogger(__name__)
+
+_PROVIDER_GAUGES = (
+    ("iop_provider_in_flight", "Normal in-flight runs (leases) on the provider.", "in_flight"),
+    ("iop_provider_long_in_flight", "Long-context in-flight runs.", "long_in_flight"),
+    ("iop_provider_capacity", "Capacity of the provider as the pool reports it.", "capacity"),
+    ("iop_provider_queued", "Pending requests that have the provider as a candidate.", "queued"),
+)
+
+
+class PoolCollector(Collector):
+    """Pool gauges from one ``pool.snapshot()`` per scrape (R-POOL-8)."""
+
+    def __init__(self, runtime: EdgeRuntime) -> None:
+        self._runtime = runtime
+
+    def describe(self) -> list[Metric]:
+        return []  # computed at scrape time only
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self._runtime.pool.snapshot()
+        families = {
+            attr: GaugeMetricFamily(name, doc, labels=["node", "provider"])
+            for name, doc, attr in _PROVIDER_GAUGES
+        }
+        online = GaugeMetricFamily(
+            "iop_provider_online", "1 when the provider's Node is dispatch-ready.",
+            labels=["node", "provider"],
+        )  # fmt: skip
+        for status in snapshot.providers:
+            labels = [status.node_id, status.provider_id]
+            for attr, family in families.items():
+                family.add_metric(labels, float(getattr(status, attr)))
+            online.add_metric(labels, 1.0 if status.online else 0.0)
+        yield from families.values()
+        yield online
+        yield GaugeMetricFamily(
+            "iop_queue_depth", "Requests waiting in the global queue.", value=snapshot.queue_depth
+        )
+        oldest_ms = snapshot.oldest_wait_ms or 0
+        yield GaugeMetricFamily(
+            "iop_queue_oldest_wait_seconds", "Wait so far of the oldest queued request.",
+            value=oldest_ms / 1000.0,
+        )  # fmt: skip
+        yield GaugeMetricFamily(
+            "iop_edge_start_time_seconds", "When this Edge process started (epoch seconds).",
+            value=self._runtime.started_at,
+        )  # fmt: skip
+
+
+class _Scrape(Collector):
+    """Everything one scrape exposes, as a single collector for ``generate_latest``."""
+
+    def __init__(self, collectors: Iterable[Collector]) -> None:
+        self._collectors = collectors
+
+    def collect(self) -> Iterator[Metric]:
+        for collector in self._collectors:
+            yield from collector.collect()
+
+
+def render_metrics(runtime: EdgeRuntime) -> bytes:
+    """The Prometheus text exposition (format 0.0.4) of the meter and the pool."""
+    return generate_latest(_Scrape((runtime.meter.registry, PoolCollector(runtime))))
+
+
+async def metrics_response(runtime: EdgeRuntime, send: Any) -> None:
+    """Send a complete 200 response with the exposition text (ASGI)."""
+    body = render_metrics(runtime)
+    await send({
+        "type": "http.response.start",
+        "status": 200,
+        "headers": [
+            (b"content-type", CONTENT_TYPE_PLAIN_0_0_4.encode()),
+            (b"content-length", str(len(body)).encode()),
+            (b"cache-control", b"no-store"),
+        ],
+    })  # fmt: skip
+    await send({"type": "http.response.body", "body": body})
+
+
+def scrape_allowed(runtime: EdgeRuntime, headers: list[tuple[bytes, bytes]]) -> bool:
+    """True only when a scrape token is configured and ``Authorization: Bearer`` matches it."""
+    ref = runtime.snapshot.metrics_token
+    if ref is None:
+        return False
+    presented = _bearer(headers)
+    if presented is None:
+        return False
+    try:
+        expected = ref.resolve().encode()
+    except SecretUnavailableError as exc:
+        logger.warning("metrics scrape refused: %s", exc)  # names the reference, not a value
+        return False
+    return hmac.compare_digest(presented, expected)
+
+
+def _bearer(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    for name, value in headers:
+        if name.lower() == b"authorization":
+            scheme, _, token = value.strip().partition(b" ")
+            token = token.strip()
+            if scheme.lower() == b"bearer" and token:
+                return token
+            return None
+    return None

@@ -1,0 +1,134 @@
+"""Pool status for staff: the snapshot as JSON (`/api/pool/`) and a live admin page.
+
+The page polls a small JSON endpoint once a second; each row carries a ``state`` computed
+here, so the server-rendered table and the live updates colour providers the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.template.response import TemplateResponse
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.permissions import IsAdminUser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from pool.apps import get_runtime
+
+# Most to least urgent; the summary line lists counts in this order.
+STATES = ("saturated", "busy", "idle", "disabled", "offline")
+POLL_INTERVAL_MS = 1000
+
+
+async def _snapshot_on_loop() -> dict[str, Any]:
+    return get_runtime().pool.snapshot().as_dict()
+
+
+def read_snapshot() -> dict[str, Any]:
+    """The pool snapshot as a dict, taken on the event loop that owns the pool.
+
+    Sync views run in a worker thread; reading the pool there could race with a decision on
+    the loop, so the read hops back to the loop (asgiref runs it on the outer loop).
+    """
+    return async_to_sync(_snapshot_on_loop)()
+
+
+def provider_state(row: Mapping[str, Any]) -> str:
+    """offline, disabled, saturated (no free slot), busy (some in flight) or idle."""
+    if not row["online"]:
+        return "offline"
+    if not row["enabled"]:
+        return "disabled"
+    if row["in_flight"] >= row["capacity"]:
+        return "saturated"
+    if row["in_flight"] > 0:
+        return "busy"
+    return "idle"
+
+
+def format_wait(ms: float) -> str:
+    """A wait for people: "-" when nothing waits, ms below a second, else seconds."""
+    if ms <= 0:
+        return "-"
+    return f"{ms:.0f} ms" if ms < 1000 else f"{ms / 1000:.1f} s"
+
+
+def _row(row: Mapping[str, Any]) -> dict[str, Any]:
+    capacity, in_flight = row["capacity"], row["in_flight"]
+    load = min(100, round(100 * in_flight / capacity)) if capacity > 0 else 0
+    return {**row, "state": provider_state(row), "load_pct": load}
+
+
+def status_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
+    """The snapshot with ``state`` and ``load_pct`` per provider, sorted by node then provider."""
+    rows = sorted(
+        (_row(row) for row in snapshot["providers"]),
+        key=lambda row: (row["node_id"], row["provider_id"]),
+    )
+    counts = Counter(row["state"] for row in rows)
+    return {
+        "providers": rows,
+        "queue_depth": snapshot["queue_depth"],
+        "oldest_wait_ms": snapshot["oldest_wait_ms"],
+        "oldest_wait": format_wait(snapshot["oldest_wait_ms"]),
+        "counts": {state: counts.get(state, 0) for state in STATES},
+        "generated_at": time.time(),
+    }
+
+
+class ProviderStatusSerializer(serializers.Serializer):
+    node_id = serializers.CharField()
+    provider_id = serializers.CharField()
+    online = serializers.BooleanField()
+    capacity = serializers.IntegerField()
+    long_capacity = serializers.IntegerField()
+    in_flight = serializers.IntegerField()
+    long_in_flight = serializers.IntegerField()
+    queued = serializers.IntegerField(help_text="pending requests that list this provider")
+    priority = serializers.IntegerField()
+    enabled = serializers.BooleanField()
+
+
+class PoolSnapshotSerializer(serializers.Serializer):
+    providers = ProviderStatusSerializer(many=True)
+    queue_depth = serializers.IntegerField()
+    oldest_wait_ms = serializers.FloatField()
+
+
+class PoolSnapshotView(APIView):
+    """GET /api/pool/: the pool snapshot, exactly as the engine reports it (R-POOL-8)."""
+
+    permission_classes = [IsAdminUser]
+
+    @extend_schema(responses=PoolSnapshotSerializer, summary="Pool snapshot")
+    def get(self, request: Request) -> Response:
+        return Response(read_snapshot())
+
+
+def _status_page(request: HttpRequest) -> HttpResponse:
+    context = {
+        **admin.site.each_context(request),
+        "title": "Pool status",
+        "status": status_view(read_snapshot()),
+        "states": STATES,
+        "poll_interval_ms": POLL_INTERVAL_MS,
+    }
+    return TemplateResponse(request, "admin/pool_status.html", context)
+
+
+def _status_json(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(status_view(read_snapshot()))
+
+
+# Staff only, never cached; a signed-out browser is sent to the admin login.
+status_page = admin.site.admin_view(_status_page)
+status_json = admin.site.admin_view(_status_json)

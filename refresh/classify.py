@@ -1,0 +1,122 @@
+"""Live or restart-required: the one declared table of live-appliable paths (R-REF-2).
+
+A changed path is live only when ``LIVE_PARAMETERS`` lists it; everything else is
+restart-required by construction. ``RESTART_CLASSES`` only names *why* a path needs a restart
+(for the report and the docs); it never makes a path live. Bounds are enforced by the config
+loader, which validates every candidate before it is classified.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from refresh.diff import Change, Path, matches, parse_pattern
+
+LIVE, RESTART = "live", "restart_required"
+
+
+@dataclass(frozen=True, slots=True)
+class Parameter:
+    """A path pattern, what it means, its bounds, and whether everything below it matches too."""
+
+    pattern: str
+    meaning: str
+    bounds: str = ""
+    subtree: bool = False
+    path: Path = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", parse_pattern(self.pattern))
+
+    def covers(self, path: Path) -> bool:
+        return matches(path, self.path, subtree=self.subtree)
+
+
+LIVE_PARAMETERS: tuple[Parameter, ...] = (
+    Parameter("nodes[*].providers[*].capacity", "provider capacity (normal slots)", ">= 1"),
+    Parameter(
+        "nodes[*].providers[*].long_context_capacity",
+        "provider long-context slots",
+        "0..capacity, within the long-context budget",
+    ),
+    Parameter("nodes[*].providers[*].priority", "provider priority (lower is preferred)", "int"),
+    Parameter("nodes[*].providers[*].enabled", "provider in the dispatch pool (R-CFG-9)", "bool"),
+    Parameter("provider_pool.max_queue", "root queue bound (R-POOL-4)", "0/omitted -> 16"),
+    Parameter(
+        "provider_pool.queue_timeout_ms", "root queue wait bound (R-POOL-4)", ">= 0, 0 = none"
+    ),
+    Parameter(
+        "models",
+        "model catalog: groups added/removed, provider mappings, usage attribution (R-CFG-4)",
+        "mapped providers must exist",
+        subtree=True,
+    ),
+    Parameter(
+        "openai.long_context_threshold_tokens", "OpenAI long-context threshold (R-POOL-7)", "> 0"
+    ),
+)
+
+# Ordered most specific first: the first class that covers a path names its reason.
+RESTART_CLASSES: tuple[Parameter, ...] = (
+    Parameter("edge.id", "Edge identity"),
+    Parameter("edge.listen", "Edge listener (Node websocket)"),
+    Parameter("edge.tls", "Edge transport TLS (R-AUTH-4)", subtree=True),
+    Parameter("edge.bootstrap_dir", "bootstrap artifact path"),
+    Parameter("edge", "Edge settings", subtree=True),
+    Parameter("admin", "admin listener (R-REF-1)", subtree=True),
+    Parameter("openai.enabled", "OpenAI listener"),
+    Parameter("openai.listen", "OpenAI listener"),
+    Parameter("openai.tls", "OpenAI listener TLS", subtree=True),
+    Parameter("openai.bearer_token", "legacy caller token (R-AUTH-1)"),
+    Parameter("openai.principal_tokens", "principal tokens (R-CFG-12)", subtree=True),
+    Parameter("openai.provider_auth", "legacy provider auth (R-AUTH-2)", subtree=True),
+    Parameter(
+        "openai.stream_evidence_gate", "Stream Evidence Gate settings (R-SEG-1)", subtree=True
+    ),
+    Parameter("openai", "OpenAI ingress settings", subtree=True),
+    Parameter("credential_plane.control_plane", "control plane connector", subtree=True),
+    Parameter("credential_plane", "credential plane (R-AUTH-4)", subtree=True),
+    Parameter("protocol_profiles", "protocol profile catalog (R-PROF-1)", subtree=True),
+    Parameter("nodes[*]", "node add/remove"),
+    Parameter("nodes[*].token_hash_sha256", "node token"),
+    Parameter("nodes[*].alias", "node alias"),
+    Parameter("nodes[*].providers[*]", "provider add/remove"),
+    Parameter("nodes[*].providers[*].profile", "provider profile selector (R-PROF-2)"),
+    Parameter("nodes[*].providers[*].type", "provider profile selector (legacy type)"),
+    Parameter("nodes[*].providers[*]", "provider adapter settings", subtree=True),
+    Parameter("nodes[*]", "node settings", subtree=True),
+)
+OTHER = "not in the live table"
+
+
+@dataclass(frozen=True, slots=True)
+class Classified:
+    """A change with its class (``live`` or ``restart_required``) and the reason."""
+
+    change: Change
+    klass: str
+    reason: str
+
+    @property
+    def live(self) -> bool:
+        return self.klass == LIVE
+
+
+def classify_path(path: Path) -> tuple[str, str]:
+    """(class, reason) of one changed path."""
+    for parameter in LIVE_PARAMETERS:
+        if parameter.covers(path):
+            return LIVE, parameter.meaning
+    for restart in RESTART_CLASSES:
+        if restart.covers(path):
+            return RESTART, restart.meaning
+    return RESTART, OTHER
+
+
+def classify(changes: list[Change]) -> list[Classified]:
+    """Classify every change, keeping the diff's sorted order."""
+    out = []
+    for change in changes:
+        klass, reason = classify_path(change.path)
+        out.append(Classified(change, klass, reason))
+    return out

@@ -1,0 +1,138 @@
+"""``POST /refresh`` on the loopback admin listener: dry-run or apply a candidate (R-REF-1).
+
+Body: ``{"mode": "dry_run"|"apply", "config": {...}, "parent": <revision id, optional>}`` as
+JSON, or the config document itself as YAML/JSON text with ``?mode=`` (and ``?parent=``).
+Only the socket peer address counts; a forwarded-for header never makes a request local.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
+
+from asgiref.sync import sync_to_async
+
+from catalog.config import ConfigError, parse_text
+from pool.adminapp import error_body, is_loopback_peer, send_json
+from refresh import services
+from refresh.models import ConfigRevision
+from refresh.report import error_report
+
+if TYPE_CHECKING:
+    from pool.runtime import EdgeRuntime
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+MODES = (services.DRY_RUN, services.APPLY)
+AUTHOR = "POST /refresh"
+
+
+class BadRequest(Exception):
+    """The request cannot be read as a refresh call; the message says why (no body echoed)."""
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+async def handle_refresh(
+    runtime: EdgeRuntime, scope: dict[str, Any], receive: Any, send: Any
+) -> None:
+    """Parse, call the refresh service once, answer with its report and status."""
+    if not is_loopback_peer(scope):
+        await send_json(send, 403, error_body("forbidden", "POST /refresh is loopback only"))
+        return
+    if scope.get("method") != "POST":
+        await send_json(
+            send, 405, error_body("method_not_allowed", "use POST"), [(b"allow", b"POST")]
+        )
+        return
+    query = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
+    mode = query.get("mode", "")
+    try:
+        body = await _read_body(receive)
+        mode, document, parent = _parse(scope, body, query)
+    except BodyTooLarge:
+        await send_json(
+            send,
+            413,
+            error_body("body_too_large", f"the body is larger than {MAX_BODY_BYTES} bytes"),
+        )
+        return
+    except BadRequest as exc:
+        report = error_report(mode or "unknown", "bad_request", [("<body>", str(exc))])
+        await send_json(send, 400, report.as_dict())
+        return
+    except ConfigError as exc:
+        issues = [(issue.path, issue.message) for issue in exc.issues]
+        await send_json(send, 400, error_report(mode, "invalid", issues).as_dict())
+        return
+    if mode == services.DRY_RUN:
+        outcome = await sync_to_async(services.dry_run)(document, runtime)
+    else:
+        outcome = await sync_to_async(services.apply_document)(
+            runtime,
+            document,
+            source=ConfigRevision.Source.REFRESH,
+            author_label=AUTHOR,
+            parent=parent,
+        )
+    await send_json(send, outcome.status, outcome.body)
+
+
+async def _read_body(receive: Any) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise BadRequest("the client went away before the body was complete")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise BodyTooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _content_type(scope: dict[str, Any]) -> str:
+    for name, value in scope.get("headers", ()):
+        if name.lower() == b"content-type":
+            return str(value.decode("latin-1").split(";")[0].strip().lower())
+    return ""
+
+
+def _parse(
+    scope: dict[str, Any], body: bytes, query: dict[str, str]
+) -> tuple[str, Any, int | None]:
+    """(mode, document, parent) from a JSON envelope or a bare YAML/JSON document."""
+    mode, parent = query.get("mode"), query.get("parent")
+    if _content_type(scope) == "application/json":
+        try:
+            envelope = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise BadRequest("the body is not valid JSON") from None
+        if not isinstance(envelope, dict) or "config" not in envelope:
+            raise BadRequest('a JSON body is {"mode": "dry_run"|"apply", "config": {...}}')
+        mode = envelope.get("mode", mode)
+        parent = envelope.get("parent", parent)
+        document = envelope["config"]
+    else:
+        document = None
+    if mode not in MODES:
+        raise BadRequest('mode must be "dry_run" or "apply"')
+    if document is None:
+        document = parse_text(body)
+    return str(mode), document, _parent(parent)
+
+
+def _parent(value: Any) -> int | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise BadRequest("parent must be a revision id")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise BadRequest("parent must be a revision id") from None

@@ -1,0 +1,70 @@
+"""Config revisions: every candidate document, its parent, who, when, the report and the outcome.
+
+Exactly one revision is active (a conditional unique constraint): the one the running Edge was
+started with or last applied. Revisions are history: rows are never deleted.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class ConfigRevision(models.Model):
+    """One whole config document as JSON, with its lineage and outcome."""
+
+    class State(models.TextChoices):
+        DRAFT = "draft", "draft"
+        APPLIED = "applied", "applied"
+        REFUSED = "refused", "refused"
+        STAGED = "staged", "staged for restart"
+
+    class Source(models.TextChoices):
+        CATALOG = "catalog", "catalog"
+        DOCUMENT = "document", "document"
+        REFRESH = "refresh", "POST /refresh"
+        CONFIG_FILE = "config_file", "config file"
+
+    document = models.JSONField(help_text="The whole config document, canonical form.")
+    digest = models.CharField(
+        max_length=64, db_index=True, help_text="sha256 of the canonical document."
+    )
+    parent = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="children",
+        help_text="The revision that was active when this one was created.",
+    )
+    source = models.CharField(max_length=16, choices=Source.choices)
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    author_label = models.CharField(
+        max_length=200, help_text="Who created it: a username, POST /refresh or the command."
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.DRAFT)
+    is_active = models.BooleanField(default=False, editable=False)
+    report = models.JSONField(default=dict, blank=True, help_text="The last classification report.")
+    applied_at = models.DateTimeField(null=True, blank=True)
+    applied_by = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["is_active"],
+                condition=models.Q(is_active=True),
+                name="refresh_one_active_revision",
+            )
+        ]
+
+    def __str__(self) -> str:
+        active = ", active" if self.is_active else ""
+        return f"revision {self.pk} ({self.get_state_display()}{active})"

@@ -1,0 +1,305 @@
+"""Validate -> diff -> classify -> dry-run / apply / stage: the one path every config change takes.
+
+The admin, the REST API and ``POST /refresh`` all call these functions (synchronous; the async
+endpoint wraps them in ``sync_to_async``). Dry-run writes nothing. Apply is refused whole when
+any path is restart-required (R-REF-2) or when the candidate's parent is no longer active;
+otherwise the running Edge swaps its snapshot (R-REF-3) and the revision becomes the active one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import async_to_sync
+from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
+from django.utils import timezone
+
+from catalog.config import EdgeSnapshot
+from refresh.candidate import (
+    APPLY,
+    CREATE,
+    DIFF,
+    DRY_RUN,
+    INVALID,
+    OK,
+    RESTART_REQUIRED,
+    STAGE,
+    STALE,
+    Candidate,
+    Outcome,
+    no_runtime,
+    stale,
+    with_ids,
+)
+from refresh.models import ConfigRevision
+from refresh.report import Report, diff_report, error_report
+
+if TYPE_CHECKING:
+    from pool.runtime import EdgeRuntime
+
+log = logging.getLogger("iop.refresh")
+
+__all__ = [
+    "APPLY",
+    "CREATE",
+    "DIFF",
+    "DRY_RUN",
+    "OK",
+    "Outcome",
+    "active_revision",
+    "apply_document",
+    "apply_revision",
+    "create_from_catalog",
+    "create_revision",
+    "dry_run",
+    "running_edge",
+    "stage_revision",
+]
+
+# Applies are serialized across every entry point of the process (admin, REST API, /refresh):
+# the parent check, the snapshot swap and the active-row change happen under this lock.
+_APPLY_LOCK = threading.Lock()
+
+
+def running_edge() -> EdgeRuntime | None:
+    """The Edge runtime of this process, or None when only Django runs here."""
+    from pool.apps import get_runtime
+
+    try:
+        return get_runtime()
+    except ImproperlyConfigured:
+        return None
+
+
+def active_revision() -> ConfigRevision | None:
+    return ConfigRevision.objects.filter(is_active=True).first()
+
+
+def base_document(runtime: EdgeRuntime | None) -> dict[str, Any] | None:
+    """What a candidate is compared with: the running snapshot, else the active revision."""
+    if runtime is not None:
+        return runtime.snapshot.document
+    active = active_revision()
+    return dict(active.document) if active is not None else None
+
+
+def dry_run(
+    document: Any, runtime: EdgeRuntime | None = None, *, revision: ConfigRevision | None = None
+) -> Outcome:
+    """Validate and classify against what runs; no side effect of any kind."""
+    candidate = Candidate(document, DRY_RUN)
+    if candidate.snapshot is None:
+        assert candidate.refusal is not None
+        return Outcome(candidate.refusal, INVALID, revision)
+    report = diff_report(
+        base_document(runtime), candidate.snapshot.document, mode=DRY_RUN, outcome=DRY_RUN
+    )
+    active = active_revision()
+    report = report.but(active=active.pk if active else None)
+    if revision is not None:
+        report = report.but(revision=revision.pk, parent=revision.parent_id)
+    return Outcome(report, OK, revision)
+
+
+def create_revision(
+    document: Any, *, source: str, author: Any = None, author_label: str = ""
+) -> Outcome:
+    """Store a valid document as a draft whose parent is the active revision (no apply)."""
+    candidate = Candidate(document, CREATE)
+    if candidate.snapshot is None:
+        assert candidate.refusal is not None
+        return Outcome(candidate.refusal, INVALID)
+    active = active_revision()
+    report = diff_report(
+        active.document if active else None,
+        candidate.snapshot.document,
+        mode=CREATE,
+        outcome="draft",
+    )
+    revision = ConfigRevision.objects.create(
+        document=candidate.snapshot.document,
+        digest=candidate.snapshot.digest,
+        parent=active,
+        source=source,
+        author=author if getattr(author, "pk", None) else None,
+        author_label=author_label or _label(author),
+    )
+    report = report.but(
+        revision=revision.pk, parent=revision.parent_id, active=active.pk if active else None
+    )
+    _save(revision, report)
+    return Outcome(report, OK, revision)
+
+
+def create_from_catalog(author: Any = None) -> Outcome:
+    """A draft revision from the catalog tables as they are now."""
+    from catalog.documents import catalog_to_document
+
+    return create_revision(
+        catalog_to_document(), source=ConfigRevision.Source.CATALOG, author=author
+    )
+
+
+def apply_revision(runtime: EdgeRuntime | None, revision: ConfigRevision, *, actor: Any) -> Outcome:
+    """Apply a stored revision to the running Edge, or refuse it whole (R-REF-2)."""
+    if runtime is None:
+        return no_runtime(revision)
+    with _APPLY_LOCK:
+        return _apply_locked(runtime, revision, _label(actor))
+
+
+def apply_document(
+    runtime: EdgeRuntime | None,
+    document: Any,
+    *,
+    source: str,
+    author_label: str,
+    parent: int | None = None,
+) -> Outcome:
+    """Record a candidate document as a revision and apply it (``POST /refresh`` apply mode).
+
+    ``parent``, when given, must be the active revision's id: a candidate built on an older
+    revision is refused instead of silently undoing a change applied in between.
+    """
+    candidate = Candidate(document, APPLY)
+    if candidate.snapshot is None:
+        assert candidate.refusal is not None
+        return Outcome(candidate.refusal, INVALID)
+    if runtime is None:
+        return no_runtime()
+    with _APPLY_LOCK:
+        active = active_revision()
+        active_id = active.pk if active else None
+        if parent is not None and parent != active_id:
+            return Outcome(stale(APPLY, "the candidate", parent, active_id), STALE)
+        revision = ConfigRevision.objects.create(
+            document=candidate.snapshot.document,
+            digest=candidate.snapshot.digest,
+            parent=active,
+            source=source,
+            author_label=author_label,
+        )
+        return _apply_locked(runtime, revision, author_label, candidate.snapshot)
+
+
+def stage_revision(revision: ConfigRevision, *, actor: Any) -> Outcome:
+    """Mark a revision to become active at the next start (for restart-required changes)."""
+    with _APPLY_LOCK, transaction.atomic():
+        active = ConfigRevision.objects.select_for_update().filter(is_active=True).first()
+        refusal = _check(revision, active, STAGE)
+        if refusal is not None:
+            return refusal
+        report = diff_report(
+            active.document if active else None, revision.document, mode=STAGE, outcome="staged"
+        )
+        ConfigRevision.objects.filter(state=ConfigRevision.State.STAGED).exclude(
+            pk=revision.pk
+        ).update(state=ConfigRevision.State.DRAFT)
+        revision.state = ConfigRevision.State.STAGED
+        report = with_ids(report, revision, active)
+        _save(revision, report)
+    log.info("revision %s staged for the next start by %s", revision.pk, _label(actor))
+    return Outcome(report, OK, revision)
+
+
+# --- internals ---------------------------------------------------------------------------------
+
+
+def _apply_locked(
+    runtime: EdgeRuntime,
+    revision: ConfigRevision,
+    actor: str,
+    snapshot: EdgeSnapshot | None = None,
+) -> Outcome:
+    with transaction.atomic():
+        active = ConfigRevision.objects.select_for_update().filter(is_active=True).first()
+        refusal = _check(revision, active, APPLY)
+        if refusal is not None:
+            return refusal
+        if snapshot is None:
+            candidate = Candidate(revision.document, APPLY)
+            if candidate.snapshot is None:
+                assert candidate.refusal is not None
+                return _refuse(revision, candidate.refusal, INVALID)
+            snapshot = candidate.snapshot
+        report = diff_report(
+            runtime.snapshot.document, snapshot.document, mode=APPLY, outcome="applied"
+        )
+        report = with_ids(report, revision, active)
+        if report.restart_required_paths:
+            refused = report.but(outcome="refused_restart_required")
+            log.warning(
+                "revision %s from %s refused: %d restart-required path(s)",
+                revision.pk,
+                actor,
+                len(refused.restart_required_paths),
+            )
+            return _refuse(revision, refused, RESTART_REQUIRED)
+        # Rows first, swap last: if the swap fails, the transaction rolls the rows back.
+        if active is not None:
+            active.is_active = False
+            active.save(update_fields=["is_active"])
+        revision.state = ConfigRevision.State.APPLIED
+        revision.is_active = True
+        revision.applied_at = timezone.now()
+        revision.applied_by = actor
+        _save(revision, report, "is_active", "applied_at", "applied_by")
+        # The catalog shows what runs: an applied document replaces it (docs/refresh.md).
+        _sync_catalog(snapshot)
+        # The swap runs on the Edge's event loop (pool re-evaluation, Node pushes).
+        outcome = async_to_sync(runtime.apply)(snapshot)
+        report = report.but(applied=True, pushed_nodes=tuple(outcome.pushed_nodes))
+        _save(revision, report)
+    log.info(
+        "revision %s applied by %s: %d live path(s), pushed to %s",
+        revision.pk,
+        actor,
+        len(report.live_paths),
+        ", ".join(report.pushed_nodes) or "no node",
+    )
+    return Outcome(report, OK, revision)
+
+
+def _sync_catalog(snapshot: EdgeSnapshot) -> None:
+    from catalog.documents import catalog_to_document, document_to_catalog
+
+    if catalog_to_document() != snapshot.document:
+        document_to_catalog(snapshot.document)
+
+
+def _check(revision: ConfigRevision, active: ConfigRevision | None, mode: str) -> Outcome | None:
+    """Refuse a revision that is already active or built on a parent that is no longer active."""
+    active_id = active.pk if active else None
+    if revision.is_active:
+        message = f"revision {revision.pk} is already the active revision"
+        report = error_report(mode, "refused_already_active", [("<root>", message)])
+        return Outcome(with_ids(report, revision, active), STALE, revision)
+    if revision.parent_id != active_id:
+        report = stale(mode, f"revision {revision.pk}", revision.parent_id, active_id)
+        return _refuse(revision, with_ids(report, revision, active), STALE)
+    return None
+
+
+def _refuse(revision: ConfigRevision, report: Report, status: int) -> Outcome:
+    revision.state = ConfigRevision.State.REFUSED
+    _save(revision, report)
+    return Outcome(report, status, revision)
+
+
+def _save(revision: ConfigRevision, report: Report, *fields: str) -> None:
+    revision.report = report.as_dict()
+    if revision.pk is None:
+        revision.save()
+    else:
+        revision.save(update_fields=["report", "state", *fields])
+
+
+def _label(actor: Any) -> str:
+    if isinstance(actor, str):
+        return actor
+    if actor is not None and getattr(actor, "is_authenticated", False):
+        return str(actor.get_username())
+    return "anonymous"

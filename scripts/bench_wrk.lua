@@ -1,0 +1,19 @@
+-- wrk script of `make bench`: POST one fixed chat body; print a JSON summary line at the end.
+-- BENCH_BODY (the JSON request) and BENCH_TOKEN (a client token, may be empty) come from env.
+wrk.method = "POST"
+wrk.body = os.getenv("BENCH_BODY")
+wrk.headers["Content-Type"] = "application/json"
+local token = os.getenv("BENCH_TOKEN") or ""
+if token ~= "" then
+  wrk.headers["Authorization"] = "Bearer " .. token
+end
+
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'BENCH {"requests":%d,"duration_us":%d,"bytes":%d,"p50_us":%d,"p99_us":%d,"max_us":%d,' ..
+    '"errors":{"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d}}\n',
+    summary.requests, summary.duration, summary.bytes,
+    latency:percentile(50), latency:percentile(99), latency.max,
+    e.connect, e.read, e.write, e.status, e.timeout))
+end

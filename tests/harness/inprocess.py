@@ -1,0 +1,203 @@
+"""In-process pieces for HTTP-surface tests: a runtime with a real pool and NodeHub, a
+scripted Node on that hub, and an ASGI driver that behaves like daphne (body messages first,
+``http.disconnect`` when the client leaves and after the final response chunk)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from catalog.config import load_snapshot
+from nodes import wire
+from nodes.hub import NodeHub
+from pool.engine import ProviderPool
+from pool.policy import policy_from_snapshot
+
+if TYPE_CHECKING:
+    from pool.http.app import OpenAIApp
+
+WAIT = 5.0
+
+
+class RecordingMeter:
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+
+    def record(self, record: Any) -> None:
+        self.records.append(record)
+
+
+class Runtime:
+    """What OpenAIApp reads of EdgeRuntime, with a meter that keeps its records."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self.snapshot = load_snapshot(doc)
+        self.started_at = time.time()
+        self.pool = ProviderPool(policy_from_snapshot(self.snapshot))
+        self.hub = NodeHub(lambda: self.snapshot, self.pool)
+        self.meter = RecordingMeter()
+
+
+Script = Callable[["FakeNode", Any], Awaitable[None]]
+
+
+async def answer_ok(node: FakeNode, run: Any) -> None:
+    if run.stream:
+        for word in ("data: one\n\n", "data: two\n\n"):
+            await node.emit(run.run_id, word)
+    else:
+        await node.emit(run.run_id, '{"ok":')
+        await node.emit(run.run_id, "true}")
+    await node.end(run.run_id, usage=wire.Usage(input_tokens=3, output_tokens=2))
+
+
+class FakeNode:
+    """Plays a Node on the hub: register -> ready, then runs each request by ``script``."""
+
+    def __init__(self, hub: NodeHub, node_id: str = "n1") -> None:
+        self.hub = hub
+        self.node_id = node_id
+        self.runs: list[Any] = []
+        self.frames: list[bytes] = []
+        self.cancelled: list[str] = []
+        self.cancel_seen = asyncio.Event()
+        self.run_seen = asyncio.Event()
+        self.script: Script = answer_ok
+        self.release = asyncio.Event()  # scripts that hold a run wait on this
+        self._register: wire.RegisterResponse | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> FakeNode:
+        self.session = await self.hub.connect(self.node_id, self)
+        await self.hub.receive(self.session, wire.encode(wire.Register(node_id=self.node_id)))
+        assert self._register is not None
+        await self.hub.receive(
+            self.session,
+            wire.encode(
+                wire.Ready(
+                    generation=self._register.generation, revision=self._register.payload.revision
+                )
+            ),
+        )
+        return self
+
+    async def send(self, frame: bytes) -> None:
+        self.frames.append(frame)
+        msg = wire.decode_from_edge(frame)
+        if isinstance(msg, wire.RegisterResponse):
+            self._register = msg
+        elif isinstance(msg, wire.TunnelRequest | wire.RunRequest):
+            self.runs.append(msg)
+            self.run_seen.set()
+            task = asyncio.ensure_future(self.script(self, msg))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        elif isinstance(msg, wire.Cancel):
+            self.cancelled.append(msg.run_id)
+            self.cancel_seen.set()
+
+    async def close(self, code: int) -> None:
+        pass
+
+    async def emit(self, run_id: str, data: str) -> None:
+        await self.hub.receive(self.session, wire.encode(wire.RunEvent(run_id=run_id, data=data)))
+
+    async def end(
+        self,
+        run_id: str,
+        ok: bool = True,
+        error: wire.RunError | None = None,
+        usage: wire.Usage | None = None,
+    ) -> None:
+        await self.hub.receive(
+            self.session, wire.encode(wire.RunEnd(run_id=run_id, ok=ok, error=error, usage=usage))
+        )
+
+
+class Call:
+    """One request through the app, driven the way daphne drives it."""
+
+    def __init__(
+        self,
+        app: OpenAIApp,
+        method: str,
+        path: str,
+        body: Any = b"",
+        headers: dict[str, str] | None = None,
+        chunks: list[bytes] | None = None,
+        token: str | None = None,
+    ) -> None:
+        raw = body if isinstance(body, bytes) else msgspec.json.encode(body)
+        hdrs = {"content-type": "application/json", **(headers or {})}
+        if token is not None:
+            hdrs.setdefault("authorization", f"Bearer {token}")
+        if chunks is None:
+            hdrs["content-length"] = str(len(raw))
+            chunks = [raw]
+        self.scope = {
+            "type": "http",
+            "method": method,
+            "path": path,
+            "headers": [(k.lower().encode(), v.encode()) for k, v in hdrs.items()],
+        }
+        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        for i, chunk in enumerate(chunks):
+            self.inbox.put_nowait(
+                {"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1}
+            )
+        self.sent: list[dict[str, Any]] = []
+        self.changed = asyncio.Event()
+        self.task = asyncio.ensure_future(app(self.scope, self.inbox.get, self._send))
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+        self.changed.set()
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            self.inbox.put_nowait({"type": "http.disconnect"})  # as daphne does
+
+    def disconnect(self) -> None:
+        self.inbox.put_nowait({"type": "http.disconnect"})
+
+    async def wait_for(self, predicate: Callable[[], bool]) -> None:
+        async with asyncio.timeout(WAIT):
+            while not predicate():
+                self.changed.clear()
+                await self.changed.wait()
+
+    async def done(self) -> Call:
+        await asyncio.wait_for(self.task, WAIT)
+        return self
+
+    @property
+    def status(self) -> int:
+        return int(self.sent[0]["status"])
+
+    @property
+    def headers(self) -> dict[bytes, bytes]:
+        return dict(self.sent[0]["headers"])
+
+    @property
+    def bodies(self) -> list[bytes]:
+        return [m["body"] for m in self.sent if m["type"] == "http.response.body"]
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(self.bodies)
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+async def until(predicate: Callable[[], bool]) -> None:
+    """Let the loop run until ``predicate`` holds (a state with no event of its own); bounded."""
+    async with asyncio.timeout(WAIT):
+        for _ in range(100_000):
+            if predicate():
+                return
+            await asyncio.sleep(0)
+    raise AssertionError("condition not reached")

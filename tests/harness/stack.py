@@ -1,0 +1,299 @@
+"""``Stack``: one Edge (runedge), its Nodes (iop-node) and fake upstreams, all on loopback."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import secrets
+import shutil
+import signal
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Self
+
+import yaml
+
+from tests.harness.processes import Proc, child_env, free_port, migrated_template, sha256_hex
+from tests.harness.upstream import FakeUpstream
+
+START_TIMEOUT_S = 30.0
+TOKEN_REF = "app-test"
+PRINCIPAL_REF = "team-test"
+
+
+def _substitute(value: Any, urls: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        for name, url in urls.items():
+            value = value.replace("{up:" + name + "}", url)
+        return value
+    if isinstance(value, list):
+        return [_substitute(v, urls) for v in value]
+    if isinstance(value, dict):
+        return {k: _substitute(v, urls) for k, v in value.items()}
+    return value
+
+
+def messages_profile(upstream: str = "main") -> dict[str, Any]:
+    """A custom Anthropic Messages profile on a fake upstream (key in ``x-api-key``)."""
+    return {
+        "driver": "anthropic_messages",
+        "base_url": "{up:" + upstream + "}/v1",
+        "operations": {"messages": "/messages", "count_tokens": "/messages/count_tokens"},
+        "auth": {"type": "header", "header": "x-api-key", "scheme": ""},
+        "capabilities": ["messages", "streaming", "tool_calling", "count_tokens"],
+    }
+
+
+DEFAULT_PROVIDERS = [
+    {"id": "p-openai", "profile": "openai", "base_url": "{up:main}/v1", "capacity": 4},
+]
+DEFAULT_MODELS = [{"id": "gpt-test", "providers": {"p-openai": "served-gpt"}}]
+
+
+class Stack:
+    """One Edge (runedge subprocess), its Nodes (iop-node subprocesses) and fake upstreams."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        upstreams: dict[str, str] | None = None,
+        providers: list[dict[str, Any]] | None = None,
+        models: list[dict[str, Any]] | None = None,
+        nodes: list[dict[str, Any]] | None = None,
+        openai: dict[str, Any] | None = None,
+        pool: dict[str, Any] | None = None,
+        profiles: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
+        log_level: str = "INFO",
+    ) -> None:
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._upstream_kinds = upstreams if upstreams is not None else {"main": "openai"}
+        self._nodes_spec = nodes or [{"id": "node-1", "providers": providers or DEFAULT_PROVIDERS}]
+        self._models = models or DEFAULT_MODELS
+        self._openai = openai or {}
+        self._pool = pool or {}
+        self._profiles = profiles or {}
+        self._env = env or {}
+        self._log_level = log_level
+        self.token = "iop-test-" + secrets.token_urlsafe(24)
+        self._node_tokens = {n["id"]: "node-" + secrets.token_urlsafe(24) for n in self._nodes_spec}
+        self.upstreams: dict[str, FakeUpstream] = {}
+        self.edge: Proc | None = None
+        self.nodes: list[Proc] = []
+        self.ports = {"edge": free_port(), "admin": free_port(), "openai": free_port()}
+        self.config_path = self.dir / "edge.yaml"
+
+    # --- addresses ---------------------------------------------------------------------------
+
+    @property
+    def openai_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['openai']}"
+
+    @property
+    def v1_url(self) -> str:
+        return self.openai_url + "/v1"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['admin']}"
+
+    def upstream(self, name: str = "main") -> FakeUpstream:
+        return self.upstreams[name]
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> Self:
+        atexit.register(self.stop)  # no child process outlives a crashed test run
+        try:
+            for name, kind in self._upstream_kinds.items():
+                self.upstreams[name] = FakeUpstream(kind)
+            self._write_config()
+            self._start_edge()
+            for spec in self._nodes_spec:
+                self.nodes.append(self._node_proc(spec["id"]))
+                self.nodes[-1].start()
+            self.wait_online()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop Nodes, the Edge and the upstreams; safe to call more than once."""
+        for node in self.nodes:
+            node.stop()
+        if self.edge is not None:
+            self.edge.stop()
+        for upstream in self.upstreams.values():
+            upstream.stop()
+
+    def _write_config(self) -> None:
+        urls = {name: up.url for name, up in self.upstreams.items()}
+        openai = {
+            "listen": f"127.0.0.1:{self.ports['openai']}",
+            "principal_tokens": [
+                {
+                    "token_ref": TOKEN_REF,
+                    "principal_ref": PRINCIPAL_REF,
+                    "token_hash_sha256": sha256_hex(self.token),
+                }
+            ],
+            **self._openai,
+        }
+        doc: dict[str, Any] = {
+            "edge": {
+                "id": "edge-test",
+                "listen": f"127.0.0.1:{self.ports['edge']}",
+                "bootstrap_dir": str(self.dir / "bootstrap"),
+            },
+            "admin": {"listen": f"127.0.0.1:{self.ports['admin']}"},
+            "openai": openai,
+            "provider_pool": {"max_queue": 16, "queue_timeout_ms": 30000, **self._pool},
+            "nodes": [
+                {
+                    "id": n["id"],
+                    "token_hash_sha256": sha256_hex(self._node_tokens[n["id"]]),
+                    "providers": _substitute(n["providers"], urls),
+                }
+                for n in self._nodes_spec
+            ],
+            "models": self._models,
+        }
+        if self._profiles:
+            doc["protocol_profiles"] = _substitute(self._profiles, urls)
+        self.config_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+    def _start_edge(self) -> None:
+        db = self.dir / "edge.sqlite3"
+        shutil.copyfile(migrated_template(), db)
+        env = child_env(
+            {
+                "DATABASE_URL": f"sqlite:///{db}",
+                "IOP_VAR_DIR": str(self.dir / "var"),
+                "LOG_LEVEL": self._log_level,
+                **self._env,
+            }
+        )
+        self.edge = Proc(
+            "edge",
+            [sys.executable, "manage.py", "runedge", "--config", str(self.config_path)],
+            env,
+            self.dir / "edge.log",
+        )
+        self.edge.start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while "IOP Edge ready" not in self.edge.log.read_text(errors="replace"):
+            if not self.edge.alive():
+                raise RuntimeError(f"the Edge exited at start:\n{self.logs()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the Edge did not start in {START_TIMEOUT_S}s:\n{self.logs()}")
+            time.sleep(0.05)
+
+    def _node_proc(self, node_id: str) -> Proc:
+        path = self.dir / f"{node_id}.yaml"
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "node_id": node_id,
+                    "edge_url": f"ws://127.0.0.1:{self.ports['edge']}/ws/node",
+                    "token": {"env": "IOP_NODE_TOKEN"},
+                }
+            )
+        )
+        env = child_env({"IOP_NODE_TOKEN": self._node_tokens[node_id], **self._env})
+        argv = [
+            sys.executable,
+            "-m",
+            "nodes.agent.main",
+            "--config",
+            str(path),
+            "--log-level",
+            self._log_level,
+            "--shutdown-grace",
+            "1",
+        ]
+        return Proc(node_id, argv, env, self.dir / f"{node_id}.log")
+
+    def kill_node(self, index: int = 0) -> None:
+        """SIGKILL a Node (a crash: no goodbye on the wire)."""
+        self.nodes[index].stop(signal.SIGKILL)
+
+    def restart_node(self, index: int = 0) -> None:
+        """Start a stopped Node again and wait until the Edge sees its providers online."""
+        node = self.nodes[index]
+        node.stop()
+        node.start()
+        self.wait_online()
+
+    # --- observation -------------------------------------------------------------------------
+
+    def pool_snapshot(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.admin_url + "/pool", timeout=5) as resp:
+            return json.loads(resp.read())  # type: ignore[no-any-return]
+
+    def provider(self, provider_id: str) -> dict[str, Any]:
+        rows = [p for p in self.pool_snapshot()["providers"] if p["provider_id"] == provider_id]
+        if not rows:
+            raise KeyError(provider_id)
+        return rows[0]
+
+    def wait_until(
+        self,
+        done: Callable[[dict[str, Any]], bool],
+        timeout: float = 10.0,
+        what: str = "the condition",
+    ) -> None:
+        """Poll ``/pool`` until ``done(snapshot)`` holds; AssertionError after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        snapshot: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            snapshot = self.pool_snapshot()
+            if done(snapshot):
+                return
+            time.sleep(0.02)
+        raise AssertionError(
+            f"{what} not reached within {timeout}s: {snapshot}\n{self.logs()[-4000:]}"
+        )
+
+    def wait_online(self, timeout: float = START_TIMEOUT_S) -> None:
+        """Every provider of every running Node is online in the pool."""
+        running = {
+            spec["id"]
+            for spec, proc in zip(self._nodes_spec, self.nodes, strict=False)
+            if proc.alive()
+        }
+
+        def ready(snap: dict[str, Any]) -> bool:
+            rows = [p for p in snap["providers"] if p["node_id"] in running]
+            return bool(rows) and all(p["online"] for p in rows)
+
+        self.wait_until(ready, timeout, "providers online")
+
+    def wait_idle(self, timeout: float = 10.0) -> None:
+        """Every lease released and the queue empty (R-POOL-9); raises after ``timeout``."""
+
+        def idle(snap: dict[str, Any]) -> bool:
+            return snap["queue_depth"] == 0 and all(
+                p["in_flight"] == 0 and p["long_in_flight"] == 0 and p["queued"] == 0
+                for p in snap["providers"]
+            )
+
+        self.wait_until(idle, timeout, "an idle pool")
+
+    def logs(self) -> str:
+        parts = []
+        for proc in [self.edge, *self.nodes]:
+            if proc is not None and proc.log.exists():
+                parts.append(f"--- {proc.name} ---\n{proc.log.read_text(errors='replace')}")
+        return "\n".join(parts)

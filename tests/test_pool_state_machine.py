@@ -1,0 +1,459 @@
+"""Random admit / release / cancel / timeout / node / apply sequences against a naive model.
+
+The reference model rescans every waiter after every change, which is slow but obviously
+right; the engine must give every request the same fate, in the same order (R-POOL-1..9,
+R-REF-3, R-NODE-1/3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from pool.engine import (
+    Lease,
+    NotAdmitted,
+    PoolCore,
+    PoolError,
+    PoolPolicy,
+    PoolProvider,
+    QueueFull,
+    QueueTimeout,
+    Unavailable,
+    UnknownModel,
+    Waiter,
+)
+
+NODES = ("n1", "n2")
+PIDS = ("p1", "p2", "p3", "p4")
+GROUPS = {"m1": ("p1", "p2", "p3"), "m2": ("p3", "p4"), "m3": ("p2", "p4")}
+CAPS = ("chat", "tools")
+
+Key = tuple[str, str]
+
+
+@dataclass
+class RefWaiter:
+    n: int
+    model: str
+    needs: frozenset[str]
+    long: bool
+    at: float
+
+
+@dataclass
+class RefPool:
+    """Obvious implementation of the rules; O(everything) per step on purpose."""
+
+    policy: PoolPolicy
+    now: float = 0.0
+    counts: dict[Key, list[int]] = field(default_factory=dict)
+    last_pick: dict[Key, int] = field(default_factory=dict)
+    picks: int = 0
+    ready: dict[str, int] = field(default_factory=dict)
+    gone: dict[str, int] = field(default_factory=dict)
+    waiters: list[RefWaiter] = field(default_factory=list)
+    events: list[tuple[object, ...]] = field(default_factory=list)
+
+    def provider(self, pid: str) -> PoolProvider | None:
+        return next((p for p in self.policy.providers if p.provider_id == pid), None)
+
+    def live(self, p: PoolProvider) -> bool:
+        return p.enabled and p.capacity >= 1 and p.node_id in self.ready
+
+    def candidates(self, model: str, needs: frozenset[str], long: bool) -> list[PoolProvider]:
+        found = []
+        for pid in self.policy.groups.get(model, ()):
+            p = self.provider(pid)
+            if p and needs <= p.capabilities and self.live(p) and (not long or p.long_capacity):
+                found.append(p)
+        return found
+
+    def flight(self, p: PoolProvider) -> list[int]:
+        return self.counts.setdefault((p.node_id, p.provider_id), [0, 0])
+
+    def choose(self, cands: list[PoolProvider], long: bool) -> PoolProvider | None:
+        def has_room(p: PoolProvider) -> bool:
+            f, lf = self.flight(p)
+            return f < p.capacity and (not long or lf < p.long_capacity)
+
+        def rank(p: PoolProvider) -> tuple[int, int, int, str, str]:
+            key = (p.node_id, p.provider_id)
+            return (self.flight(p)[0], p.priority, self.last_pick.get(key, 0), *key)
+
+        return min((p for p in cands if has_room(p)), key=rank, default=None)
+
+    def take(self, p: PoolProvider, long: bool) -> Key:
+        counts = self.flight(p)
+        assert counts[0] < p.capacity and (not long or counts[1] < p.long_capacity)
+        counts[0] += 1
+        counts[1] += long
+        self.picks += 1
+        key = (p.node_id, p.provider_id)
+        self.last_pick[key] = self.picks
+        return key
+
+    def admit(self, n: int, model: str, needs: frozenset[str], long: bool) -> object:
+        if self.waiters and self.policy.queue_timeout_ms:
+            self.expire()
+        if model not in self.policy.groups:
+            return UnknownModel
+        members = [self.provider(pid) for pid in self.policy.groups[model]]
+        if not any(p and needs <= p.capabilities for p in members):
+            return NotAdmitted
+        cands = self.candidates(model, needs, long)
+        if not cands:
+            return Unavailable
+        chosen = self.choose(cands, long)
+        if chosen is not None:
+            return self.take(chosen, long)
+        if len(self.waiters) >= self.policy.max_queue:
+            return QueueFull
+        self.waiters.append(RefWaiter(n, model, needs, long, self.now))
+        return None
+
+    def release(self, key: Key, long: bool) -> None:
+        counts = self.counts[key]
+        counts[0] -= 1
+        counts[1] -= long
+        self.forget_removed()
+        self.pump()
+
+    def forget_removed(self) -> None:
+        """A provider gone from the policy with no lease left loses its rotation position."""
+        configured = {(p.node_id, p.provider_id) for p in self.policy.providers}
+        for key in list(self.counts):
+            if key not in configured and self.counts[key][0] == 0:
+                del self.counts[key]
+                self.last_pick.pop(key, None)
+
+    def cancel(self, n: int) -> None:
+        self.waiters = [w for w in self.waiters if w.n != n]
+
+    def expire(self) -> None:
+        timeout = self.policy.queue_timeout_ms / 1000.0
+        if not timeout:
+            return
+        while self.waiters and self.waiters[0].at + timeout <= self.now:
+            self.events.append(("fail", self.waiters.pop(0).n, QueueTimeout.code))
+
+    def pump(self) -> None:
+        progress = True
+        while progress:
+            progress = False
+            for w in self.waiters:  # earliest dispatchable first (R-POOL-5)
+                chosen = self.choose(self.candidates(w.model, w.needs, w.long), w.long)
+                if chosen is not None:
+                    self.waiters.remove(w)
+                    key = self.take(chosen, w.long)
+                    self.events.append(("grant", w.n, *key))
+                    progress = True
+                    break
+
+    def strand(self) -> None:
+        for w in list(self.waiters):
+            if not self.candidates(w.model, w.needs, w.long):
+                self.waiters.remove(w)
+                self.events.append(("fail", w.n, Unavailable.code))
+
+    def node_ready(self, node: str, gen: int) -> None:
+        if (node in self.gone and gen <= self.gone[node]) or gen < self.ready.get(node, gen):
+            return
+        self.ready[node] = gen
+        self.strand()
+        self.pump()
+
+    def node_gone(self, node: str, gen: int) -> None:
+        if gen < self.ready.get(node, gen):
+            return
+        self.gone[node] = max(gen, self.gone.get(node, gen))
+        if self.ready.pop(node, None) is not None:
+            self.strand()
+            self.pump()
+
+    def apply(self, policy: PoolPolicy) -> None:
+        self.policy = policy
+        self.forget_removed()
+        self.strand()
+        self.expire()
+        self.pump()
+
+
+@st.composite
+def policies(draw: st.DrawFn) -> PoolPolicy:
+    rows = []
+    for pid in PIDS:
+        if draw(st.integers(0, 9)) == 0:
+            continue  # provider removed from the policy
+        cap = draw(st.integers(1, 3))
+        rows.append(
+            PoolProvider(
+                node_id=draw(st.sampled_from(NODES)),
+                provider_id=pid,
+                capacity=cap,
+                long_capacity=draw(st.integers(0, cap)),
+                priority=draw(st.integers(0, 2)),
+                enabled=draw(st.sampled_from([True, True, True, False])),
+                capabilities=frozenset(draw(st.sets(st.sampled_from(CAPS)))),
+            )
+        )
+    return PoolPolicy(
+        tuple(rows),
+        GROUPS,
+        max_queue=draw(st.integers(1, 5)),
+        queue_timeout_ms=draw(st.sampled_from([0, 100, 300])),
+    )
+
+
+REQUESTS = st.tuples(
+    st.sampled_from([*GROUPS, *GROUPS, "nope"]),
+    st.sets(st.sampled_from(CAPS), max_size=1).map(frozenset),
+    st.booleans(),
+)
+
+INITIAL = PoolPolicy(
+    tuple(
+        PoolProvider(NODES[i // 2], pid, 1, i % 2, i % 2, True, frozenset(CAPS))
+        for i, pid in enumerate(PIDS)
+    ),
+    GROUPS,
+    max_queue=4,
+    queue_timeout_ms=300,
+)
+
+
+class _Sink:
+    def __init__(self, machine: PoolMachine) -> None:
+        self.machine = machine
+        self.abandoned_waiters: set[Waiter] = set()
+
+    def abandoned(self, waiter: Waiter) -> bool:
+        return waiter in self.abandoned_waiters
+
+    def granted(self, waiter: Waiter, lease: Lease) -> None:
+        self.machine.on_grant(waiter, lease)
+
+    def failed(self, waiter: Waiter, error: PoolError) -> None:
+        self.machine.on_end(self.machine.waiting.pop(waiter)[0], ("fail", error.code))
+
+
+class PoolMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.sink = _Sink(self)
+        self.core = PoolCore(INITIAL, self.sink, clock=lambda: self.now)
+        self.ref = RefPool(INITIAL)
+        self.n = 0
+        self.waiting: dict[Waiter, tuple[int, Waiter]] = {}  # waiter -> (request n, waiter)
+        self.held: list[tuple[int, Lease]] = []
+        self.released: list[Lease] = []
+        self.fate: dict[int, tuple[object, ...]] = {}
+        self.step_events: list[tuple[object, ...]] = []
+        self.step_seqs: list[int] = []
+        self.gens = dict.fromkeys(NODES, 1)
+        for node in NODES:
+            self.core.node_ready(node, 1)
+            self.ref.node_ready(node, 1)
+
+    # --- bookkeeping of outcomes -------------------------------------------------------------
+
+    def on_end(self, n: int, outcome: tuple[object, ...]) -> None:
+        assert n not in self.fate, f"request {n} ended twice"
+        self.fate[n] = outcome
+        if outcome[0] in ("grant", "fail"):
+            self.step_events.append((outcome[0], n, *outcome[1:]))
+
+    def on_grant(self, waiter: Waiter, lease: Lease) -> None:
+        n, _ = self.waiting.pop(waiter)
+        self.step_seqs.append(waiter.seq)
+        self.check_within_capacity(lease)
+        self.held.append((n, lease))
+        self.on_end(n, ("grant", lease.node_id, lease.provider_id))
+
+    def check_within_capacity(self, lease: Lease) -> None:
+        row = next(
+            r
+            for r in self.core.snapshot().providers
+            if (r.node_id, r.provider_id) == (lease.node_id, lease.provider_id)
+        )
+        assert row.in_flight <= row.capacity
+        assert not lease.long or row.long_in_flight <= row.long_capacity
+
+    def compare(self) -> None:
+        assert self.step_events == self.ref.events
+        assert self.step_seqs == sorted(self.step_seqs), "dispatch must follow enqueue order"
+        self.step_events, self.ref.events, self.step_seqs = [], [], []
+
+    # --- rules -------------------------------------------------------------------------------
+
+    @rule(requests=st.lists(REQUESTS, min_size=1, max_size=4))
+    def admit(self, requests: list[tuple[str, frozenset[str], bool]]) -> None:
+        for model, needs, long in requests:
+            self.admit_one(model, needs, long)
+
+    def admit_one(self, model: str, needs: frozenset[str], long: bool) -> None:
+        self.n += 1
+        n = self.n
+        expected = self.ref.admit(n, model, needs, long)
+        try:
+            outcome = self.core.admit(model, needs, long)
+        except PoolError as err:
+            self.compare()  # expiries triggered by the arrival come first
+            assert type(err) is expected
+            self.on_end(n, ("error", err.code))
+            return
+        self.compare()
+        if isinstance(outcome, Lease):
+            assert expected == (outcome.node_id, outcome.provider_id)
+            self.check_within_capacity(outcome)
+            self.held.append((n, outcome))
+            self.on_end(n, ("lease", outcome.node_id, outcome.provider_id))
+        else:
+            assert expected is None
+            self.waiting[outcome] = (n, outcome)
+
+    @precondition(lambda self: self.held)
+    @rule(i=st.integers(0, 50))
+    def release(self, i: int) -> None:
+        _, lease = self.held.pop(i % len(self.held))
+        assert self.core.release(lease) is True
+        self.released.append(lease)
+        self.ref.release((lease.node_id, lease.provider_id), lease.long)
+        self.compare()
+
+    @precondition(lambda self: self.held)
+    @rule(i=st.integers(0, 50))
+    def release_another(self, i: int) -> None:
+        """Releases drive dispatch, so they get a second rule (rules are drawn uniformly)."""
+        self.release(i)
+
+    @precondition(lambda self: self.released)
+    @rule(i=st.integers(0, 50))
+    def release_again(self, i: int) -> None:
+        assert self.core.release(self.released[i % len(self.released)]) is False
+
+    @precondition(lambda self: self.waiting)
+    @rule(i=st.integers(0, 50))
+    def cancel(self, i: int) -> None:
+        n, waiter = list(self.waiting.values())[i % len(self.waiting)]
+        del self.waiting[waiter]
+        assert self.core.cancel(waiter) is True
+        assert self.core.cancel(waiter) is False
+        self.ref.cancel(n)
+        self.on_end(n, ("cancelled",))
+
+    @precondition(lambda self: self.waiting and self.held)
+    @rule(i=st.integers(0, 50), j=st.integers(0, 50))
+    def cancel_in_dispatch_tick(self, i: int, j: int) -> None:
+        """The caller goes away, then a release pumps before the cancel is processed."""
+        n, waiter = list(self.waiting.values())[i % len(self.waiting)]
+        del self.waiting[waiter]
+        self.sink.abandoned_waiters.add(waiter)
+        self.on_end(n, ("cancelled",))
+        self.ref.cancel(n)
+        _, lease = self.held.pop(j % len(self.held))
+        self.core.release(lease)
+        self.released.append(lease)
+        self.ref.release((lease.node_id, lease.provider_id), lease.long)
+        self.core.cancel(waiter)  # the cancelled task's cleanup, True or False
+        self.compare()
+
+    @rule(dt=st.sampled_from([0.05, 0.1, 0.2, 0.4]), timer_fires=st.booleans())
+    def advance(self, dt: float, timer_fires: bool) -> None:
+        """Time passes; the deadline timer may not have run yet when the next event comes."""
+        self.now += dt
+        self.ref.now = self.now
+        if timer_fires:
+            self.core.expire(self.now)
+            self.ref.expire()
+        self.compare()
+
+    @rule(node=st.sampled_from(NODES), delta=st.integers(-1, 1))
+    def node_ready(self, node: str, delta: int) -> None:
+        self.gens[node] = max(0, self.gens[node] + delta)
+        self.core.node_ready(node, self.gens[node])
+        self.ref.node_ready(node, self.gens[node])
+        self.compare()
+
+    @rule(node=st.sampled_from(NODES), delta=st.integers(-1, 1))
+    def node_gone(self, node: str, delta: int) -> None:
+        gen = max(0, self.gens[node] + delta)
+        self.core.node_gone(node, gen)
+        self.ref.node_gone(node, gen)
+        self.compare()
+
+    @rule(policy=policies())
+    def apply(self, policy: PoolPolicy) -> None:
+        self.core.apply(policy)
+        self.ref.apply(policy)
+        self.compare()
+
+    @rule(timeout_ms=st.sampled_from([0, 100, 300]), max_queue=st.integers(1, 5))
+    def apply_queue_policy(self, timeout_ms: int, max_queue: int) -> None:
+        """Only the root queue policy changes: deadlines move, waiters stay (R-REF-3)."""
+        policy = replace(self.ref.policy, queue_timeout_ms=timeout_ms, max_queue=max_queue)
+        self.core.apply(policy)
+        self.ref.apply(policy)
+        self.compare()
+
+    # --- invariants --------------------------------------------------------------------------
+
+    @invariant()
+    def snapshot_matches_model(self) -> None:
+        snap = self.core.snapshot()
+        ref = self.ref
+        assert snap.queue_depth == len(ref.waiters) == len(self.waiting)
+        assert [(r.node_id, r.provider_id) for r in snap.providers] == sorted(
+            (p.node_id, p.provider_id) for p in ref.policy.providers
+        )
+        for row in snap.providers:
+            p = ref.provider(row.provider_id)
+            assert p is not None and row.capacity == p.capacity and row.priority == p.priority
+            online = row.node_id in ref.ready
+            f, lf = ref.counts.get((row.node_id, row.provider_id), [0, 0])
+            queued = sum(p in ref.candidates(w.model, w.needs, w.long) for w in ref.waiters)
+            assert row.online is online
+            assert (row.in_flight, row.long_in_flight, row.queued) == (
+                (f, lf, queued) if online else (0, 0, 0)
+            )
+
+    @invariant()
+    def no_waiter_left_dispatchable(self) -> None:
+        for w in self.ref.waiters:
+            assert self.ref.choose(self.ref.candidates(w.model, w.needs, w.long), w.long) is None
+
+    @invariant()
+    def idle_means_all_zero(self) -> None:
+        idle = self.core.idle()
+        assert idle == (not self.held and not self.waiting)
+        if idle:
+            snap = self.core.snapshot()
+            assert snap.queue_depth == 0 and snap.oldest_wait_ms == 0
+            assert all(r.in_flight == r.long_in_flight == r.queued == 0 for r in snap.providers)
+
+    def teardown(self) -> None:
+        """Drain: cancel every waiter, release every lease; every request ended exactly once."""
+        for n, waiter in list(self.waiting.values()):
+            assert self.core.cancel(waiter)
+            self.on_end(n, ("cancelled",))
+        self.waiting.clear()
+        while self.held:
+            _, lease = self.held.pop()
+            assert self.core.release(lease)
+        assert self.core.idle()
+        assert sorted(self.fate) == list(range(1, self.n + 1))
+        snap = self.core.snapshot()
+        assert all(r.in_flight == r.long_in_flight == r.queued == 0 for r in snap.providers)
+
+
+PoolMachine.TestCase.settings = settings(
+    max_examples=120,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_pool_engine_matches_reference_model = PoolMachine.TestCase

@@ -1,0 +1,244 @@
+"""POST /refresh on the admin listener (R-REF-1): loopback only, dry-run or apply, reports that
+never carry a secret (R-REF-6)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from asgiref.sync import sync_to_async
+
+from pool.adminapp import AdminApp
+from pool.runtime import EdgeRuntime
+from refresh import endpoint
+from refresh.endpoint import handle_refresh
+from refresh.models import ConfigRevision
+from refresh.startup import startup_snapshot
+
+pytestmark = pytest.mark.django_db(transaction=True)
+EDGE_YAML = Path(__file__).resolve().parent.parent / "configs" / "edge.yaml"
+LOOPBACK = ("127.0.0.1", 50123)
+
+
+@pytest.fixture
+async def edge(transactional_db):
+    runtime = EdgeRuntime(await sync_to_async(startup_snapshot)(str(EDGE_YAML)))
+    yield runtime
+    await runtime.aclose()
+
+
+def provider(doc: dict, provider_id: str) -> dict:
+    return next(p for n in doc["nodes"] for p in n["providers"] if p["id"] == provider_id)
+
+
+async def call(
+    app: Any,
+    body: bytes,
+    *,
+    client: tuple[str, int] | None = LOOPBACK,
+    method: str = "POST",
+    query: str = "",
+    content_type: str = "application/json",
+    headers: tuple[tuple[bytes, bytes], ...] = (),
+    chunk: int | None = None,
+) -> tuple[int, dict]:
+    """One ASGI request to ``app``; returns (status, JSON body)."""
+    scope = {
+        "type": "http",
+        "method": method,
+        "path": "/refresh",
+        "query_string": query.encode(),
+        "headers": [(b"content-type", content_type.encode()), *headers],
+        "client": client,
+        "server": ("127.0.0.1", 7701),
+    }
+    size = chunk or max(len(body), 1)
+    pieces = [body[i : i + size] for i in range(0, len(body), size)] or [b""]
+    messages = [
+        {"type": "http.request", "body": piece, "more_body": i < len(pieces) - 1}
+        for i, piece in enumerate(pieces)
+    ]
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    status = sent[0]["status"]
+    return status, json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+
+
+def envelope(mode: str, document: dict, **extra: Any) -> bytes:
+    return json.dumps({"mode": mode, "config": document, **extra}).encode()
+
+
+def handler(runtime: EdgeRuntime) -> Any:
+    return lambda scope, receive, send: handle_refresh(runtime, scope, receive, send)
+
+
+# --- loopback only -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("client", [("10.1.2.3", 5555), ("192.168.1.20", 40000), None])
+async def test_a_non_loopback_peer_is_refused_by_the_handler_itself(edge, client):
+    document = edge.snapshot.document
+    provider(document, "vllm-local")["capacity"] = 9
+    status, body = await call(handler(edge), envelope("apply", document), client=client)
+    assert status == 403 and body["error"]["code"] == "forbidden"
+    assert edge.snapshot.providers["vllm-local"].capacity == 4
+    assert await ConfigRevision.objects.acount() == 1
+
+
+async def test_a_forwarded_for_header_never_makes_a_request_local(edge):
+    document = edge.snapshot.document
+    provider(document, "vllm-local")["capacity"] = 9
+    spoof = (
+        (b"x-forwarded-for", b"127.0.0.1"),
+        (b"x-real-ip", b"127.0.0.1"),
+        (b"forwarded", b"for=127.0.0.1"),
+    )
+    for app in (handler(edge), AdminApp(edge)):
+        status, _ = await call(
+            app, envelope("apply", document), client=("10.1.2.3", 5555), headers=spoof
+        )
+        assert status == 403
+    assert edge.snapshot.providers["vllm-local"].capacity == 4
+
+
+async def test_an_ipv6_loopback_peer_is_served(edge):
+    status, body = await call(
+        handler(edge), envelope("dry_run", edge.snapshot.document), client=("::1", 5555)
+    )
+    assert status == 200 and body["changed"] is False
+
+
+async def test_only_post_is_allowed(edge):
+    status, _ = await call(handler(edge), b"", method="GET")
+    assert status == 405
+
+
+# --- dry-run and apply ---------------------------------------------------------------------------
+
+
+async def test_a_json_dry_run_reports_and_changes_nothing(edge):
+    before = edge.snapshot
+    document = edge.snapshot.document
+    provider(document, "vllm-local")["capacity"] = 9
+    status, body = await call(AdminApp(edge), envelope("dry_run", document))
+    assert status == 200 and body["mode"] == "dry_run" and body["applied"] is False
+    assert body["live_paths"] == ['nodes["node-local"].providers["vllm-local"].capacity']
+    assert edge.snapshot is before
+    assert await ConfigRevision.objects.acount() == 1
+
+
+async def test_a_yaml_document_with_mode_apply_is_applied_and_recorded(edge):
+    document = edge.snapshot.document
+    provider(document, "vllm-local")["capacity"] = 9
+    status, body = await call(
+        AdminApp(edge),
+        yaml.safe_dump(document).encode(),
+        query="mode=apply",
+        content_type="application/yaml",
+    )
+    assert status == 200 and body["applied"] is True, body
+    assert edge.snapshot.providers["vllm-local"].capacity == 9
+    revision = await ConfigRevision.objects.aget(is_active=True)
+    assert revision.pk == body["revision"]
+    assert (revision.source, revision.author_label) == ("refresh", endpoint.AUTHOR)
+
+
+async def test_a_restart_required_apply_answers_409_with_the_report(edge):
+    document = edge.snapshot.document
+    document["admin"]["listen"] = "127.0.0.1:7799"
+    status, body = await call(handler(edge), envelope("apply", document))
+    assert status == 409
+    assert body["restart_required_paths"] == ["admin.listen"] and body["applied"] is False
+
+
+async def test_a_stale_parent_answers_409(edge):
+    active = await ConfigRevision.objects.aget(is_active=True)
+    document = edge.snapshot.document
+    provider(document, "vllm-local")["capacity"] = 5
+    assert (await call(handler(edge), envelope("apply", document, parent=active.pk)))[0] == 200
+    provider(document, "vllm-local")["capacity"] = 6
+    status, body = await call(handler(edge), envelope("apply", document, parent=active.pk))
+    assert status == 409 and body["outcome"] == "refused_stale_parent"
+    assert edge.snapshot.providers["vllm-local"].capacity == 5
+
+
+async def test_an_invalid_document_answers_400_with_every_error_by_path(edge):
+    document = edge.snapshot.document
+    provider(document, "vllm-local")["capacity"] = 0
+    document["openai"]["long_context_threshold_tokens"] = 0
+    status, body = await call(handler(edge), envelope("apply", document))
+    assert status == 400 and body["valid"] is False
+    assert [e["path"] for e in body["errors"]] == [
+        "nodes[0].providers[1].capacity",
+        "openai.long_context_threshold_tokens",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "query", "content_type", "needle"),
+    [
+        (b"{not json", "", "application/json", "not valid JSON"),
+        (b'{"mode": "apply"}', "", "application/json", '"config"'),
+        (b'{"mode": "later", "config": {}}', "", "application/json", "mode must be"),
+        (b"edge: {}", "", "application/yaml", "mode must be"),
+        (b"edge: [", "mode=dry_run", "application/yaml", "YAML syntax error"),
+        (b'{"mode": "apply", "config": {}, "parent": "x"}', "", "application/json", "parent"),
+    ],
+)
+async def test_unreadable_requests_answer_400_saying_why(edge, body, query, content_type, needle):
+    status, answer = await call(handler(edge), body, query=query, content_type=content_type)
+    assert status == 400
+    assert needle in answer["errors"][0]["message"]
+
+
+async def test_a_body_over_the_limit_answers_413(edge, monkeypatch):
+    monkeypatch.setattr(endpoint, "MAX_BODY_BYTES", 1024)
+    status, _ = await call(handler(edge), b"x" * 4096, chunk=512)
+    assert status == 413
+
+
+# --- R-REF-6 -------------------------------------------------------------------------------------
+
+
+async def test_no_secret_value_reaches_a_report_or_a_log_line(edge, caplog, monkeypatch):
+    monkeypatch.setenv("IOP_OPENAI_TOKEN", "sk-live-caller-token-1")
+    monkeypatch.setenv("VLLM_KEY", "sk-upstream-key-2")
+    caplog.set_level(logging.DEBUG)
+    secrets = [
+        "sk-live-caller-token-1",
+        "sk-upstream-key-2",
+        "sk-invalid-literal-3",
+        "sk-invalid-header-4",
+    ]
+    document = edge.snapshot.document
+    document["openai"]["bearer_token"] = {"env": "IOP_OPENAI_TOKEN"}
+    new_hash = "ab" * 32
+    document["openai"]["principal_tokens"][0]["token_hash_sha256"] = new_hash
+    provider(document, "vllm-local").update(profile="openai", credential={"env": "VLLM_KEY"})
+    bodies = []
+    for mode in ("dry_run", "apply"):
+        bodies.append((await call(handler(edge), envelope(mode, document)))[1])
+    invalid = edge.snapshot.document
+    invalid["openai"]["bearer_token"] = "sk-invalid-literal-3"
+    provider(invalid, "vllm-local")["headers"] = {"X-Api-Key": "sk-invalid-header-4"}
+    bodies.append((await call(handler(edge), envelope("apply", invalid)))[1])
+    assert bodies[1]["outcome"] == "refused_restart_required"
+    assert [e["path"] for e in bodies[2]["errors"]] == [
+        "nodes[0].providers[1].headers.X-Api-Key",
+        "openai.bearer_token",
+    ]
+    rows = [r async for r in ConfigRevision.objects.values("report")]
+    text = json.dumps(bodies) + json.dumps(rows) + caplog.text
+    for value in (*secrets, new_hash):
+        assert value not in text

@@ -1,0 +1,202 @@
+"""Pool status for staff: GET /api/pool/, the admin page and its live JSON feed (R-POOL-8)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from catalog.config import load_snapshot
+from pool.apps import attach_runtime
+from pool.engine import Lease
+from pool.runtime import EdgeRuntime
+
+T = TypeVar("T")
+
+
+def _provider(pid: str, capacity: int, priority: int, enabled: bool = True) -> dict[str, Any]:
+    return {
+        "id": pid,
+        "profile": "openai",
+        "base_url": "http://127.0.0.1:9/v1",
+        "capacity": capacity,
+        "priority": priority,
+        "enabled": enabled,
+    }
+
+
+DOC = {
+    "edge": {"id": "edge-status", "listen": "127.0.0.1:7700"},
+    "admin": {"listen": "127.0.0.1:7701"},
+    "openai": {"enabled": True, "listen": "127.0.0.1:8080"},
+    "nodes": [
+        {
+            "id": "node-a",
+            "token_hash_sha256": "ab" * 32,
+            "providers": [
+                _provider("p-busy", 2, 10),
+                _provider("p-full", 1, 20),
+                _provider("p-idle", 1, 30),
+                _provider("p-off", 1, 40, enabled=False),
+            ],
+        },
+        {
+            "id": "node-b",
+            "token_hash_sha256": "cd" * 32,
+            "providers": [_provider("p-remote", 3, 10)],
+        },
+    ],
+    "models": [
+        {"id": "m-busy", "providers": {"p-busy": "busy-model"}},
+        {"id": "m-full", "providers": {"p-full": "full-model"}},
+        {"id": "m-idle", "providers": {"p-idle": "idle-model"}},
+        {"id": "m-rest", "providers": {"p-off": "off-model", "p-remote": "remote-model"}},
+    ],
+}
+# node-a is ready, node-b never connected: p-busy 1/2, p-full 1/1 with one waiter, p-idle 0/1.
+EXPECTED_STATES = {
+    "p-busy": "busy",
+    "p-full": "saturated",
+    "p-idle": "idle",
+    "p-off": "disabled",
+    "p-remote": "offline",
+}
+
+
+class LivePool:
+    """A real EdgeRuntime whose pool runs on its own event loop thread, as under daphne."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0  # a fixed clock makes waits exact
+        self.runtime = EdgeRuntime(load_snapshot(DOC), clock=lambda: self.now)
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        async def wrapped() -> T:
+            return await fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(wrapped(), self.loop).result(timeout=5)
+
+    def call(self, fn: Callable[[], T]) -> T:
+        async def wrapped() -> T:
+            return fn()
+
+        return self.run(wrapped)
+
+    def snapshot(self) -> dict[str, Any]:
+        return self.call(lambda: self.runtime.pool.snapshot().as_dict())
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)
+        self.loop.close()
+
+
+@pytest.fixture
+def live() -> Iterator[tuple[LivePool, list[Lease]]]:
+    pool = LivePool()
+    engine = pool.runtime.pool
+    pool.call(lambda: engine.node_ready("node-a", 1))
+    leases = [pool.run(engine.acquire, model) for model in ("m-busy", "m-full")]
+    waiting = pool.call(lambda: pool.loop.create_task(engine.acquire("m-full")))
+    pool.run(asyncio.sleep, 0)  # one loop turn: the task has queued its waiter
+    assert pool.snapshot()["queue_depth"] == 1
+    pool.now += 2.5
+    attach_runtime(pool.runtime)
+    yield pool, leases
+    attach_runtime(None)
+    pool.call(waiting.cancel)
+    pool.run(asyncio.wait, [waiting])
+    if not waiting.cancelled():  # a test handed it a slot
+        leases.append(waiting.result())
+    pool.call(lambda: [engine.release(lease) for lease in leases])
+    assert pool.call(engine.idle)
+    pool.close()
+
+
+@pytest.fixture
+def staff_client(db: None) -> Client:
+    client = Client()
+    client.force_login(User.objects.create_user("ops", password="x" * 12, is_staff=True))
+    return client
+
+
+@pytest.fixture
+def plain_client(db: None) -> Client:
+    client = Client()
+    client.force_login(User.objects.create_user("dev", password="x" * 12))
+    return client
+
+
+def _row_states(html: str) -> dict[str, str]:
+    return dict(re.findall(r'data-provider="([^"]+)" data-state="([^"]+)"', html))
+
+
+def test_api_pool_gives_staff_the_pool_snapshot_unchanged(live, staff_client) -> None:
+    pool, _ = live
+    response = staff_client.get("/api/pool/")
+    assert response.status_code == 200
+    body = response.json()
+    assert body == pool.snapshot()
+    full = next(row for row in body["providers"] if row["provider_id"] == "p-full")
+    assert (full["in_flight"], full["queued"], body["queue_depth"]) == (1, 1, 1)
+
+
+def test_api_pool_refuses_anonymous_and_non_staff(live, plain_client) -> None:
+    assert Client().get("/api/pool/").status_code == 403
+    assert plain_client.get("/api/pool/").status_code == 403
+
+
+@pytest.mark.parametrize("url", ["/admin/pool/", "/admin/pool/status.json"])
+def test_status_page_and_feed_send_anonymous_and_non_staff_to_the_login(
+    live, plain_client, url: str
+) -> None:
+    for client in (Client(), plain_client):
+        response = client.get(url)
+        assert response.status_code == 302
+        assert response["Location"].startswith("/admin/login/?next=")
+
+
+def test_status_page_renders_every_provider_with_its_state(live, staff_client) -> None:
+    response = staff_client.get("/admin/pool/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert _row_states(html) == EXPECTED_STATES
+    assert re.search(r'id="queue-depth">1<', html)
+    assert re.search(r'id="oldest-wait">2.5 s<', html)
+    assert 'data-url="/admin/pool/status.json"' in html
+
+
+def test_status_feed_reports_state_per_provider_and_the_queue(live, staff_client) -> None:
+    pool, _ = live
+    response = staff_client.get("/admin/pool/status.json")
+    assert response.status_code == 200
+    assert "no-cache" in response["Cache-Control"]
+    body = response.json()
+    assert {row["provider_id"]: row["state"] for row in body["providers"]} == EXPECTED_STATES
+    assert body["queue_depth"] == 1
+    assert (body["oldest_wait_ms"], body["oldest_wait"]) == (2500.0, "2.5 s")
+    assert body["counts"] == {"saturated": 1, "busy": 1, "idle": 1, "disabled": 1, "offline": 1}
+    engine_rows = {row["provider_id"]: row for row in pool.snapshot()["providers"]}
+    for row in body["providers"]:
+        engine_row = engine_rows[row["provider_id"]]
+        assert {key: row[key] for key in engine_row} == engine_row
+
+
+def test_status_feed_follows_the_pool_between_polls(live, staff_client) -> None:
+    pool, leases = live
+    pool.call(lambda: pool.runtime.pool.release(leases[0]))  # p-busy back to idle
+    pool.call(lambda: pool.runtime.pool.release(leases[1]))  # the waiter takes p-full's slot
+    body = staff_client.get("/admin/pool/status.json").json()
+    states = {row["provider_id"]: row["state"] for row in body["providers"]}
+    assert states["p-busy"] == "idle"
+    assert states["p-full"] == "saturated"
+    assert body["queue_depth"] == 0
