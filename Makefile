@@ -22,10 +22,19 @@ $(DEV_STAMP): pyproject.toml
 run: $(BASE_STAMP)
 	$(PY) scripts/run_local.py
 
+# The database tests again on a real server when IOP_TEST_DATABASE_URL names one (CI does).
+DB_TESTS := tests/test_catalog_*.py tests/test_iop_*.py tests/test_metering_*.py \
+	tests/test_refresh_services.py tests/test_refresh_api.py tests/test_refresh_apply_live.py \
+	tests/test_status_views.py
+
 test: $(DEV_STAMP)
 	$(PY) manage.py check
 	$(PY) manage.py makemigrations --check --dry-run
 	$(VENV)/bin/ruff check .
+	@if [ -n "$$IOP_TEST_DATABASE_URL" ]; then \
+		echo "database tests on $${IOP_TEST_DATABASE_URL%%@*}@..."; \
+		DATABASE_URL="$$IOP_TEST_DATABASE_URL" $(VENV)/bin/pytest -q $(DB_TESTS); \
+	fi
 	$(VENV)/bin/pytest
 
 lint: $(DEV_STAMP)

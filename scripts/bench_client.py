@@ -34,8 +34,8 @@ def run_wrk(url: str, body: bytes, token: str, connections: int, seconds: float)
     """One wrk run (one thread: this machine has two cores to share with the servers)."""
     env = {**os.environ, "BENCH_BODY": body.decode(), "BENCH_TOKEN": token}
     out = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s", "-s", str(LUA),
-         url],
+        ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s",
+         "-s", str(LUA), url],
         env=env, capture_output=True, text=True, timeout=seconds + 30, check=True,
     ).stdout
     line = next(line for line in out.splitlines() if line.startswith("BENCH "))

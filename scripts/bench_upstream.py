@@ -93,9 +93,10 @@ class UpstreamProtocol(asyncio.Protocol):
             transport.write(_response(MODELS_BODY))
         elif STREAM_RE.search(body):
             transport.write(SSE_HEAD)
-            for chunk in SSE_CHUNKS:  # one write per event, as a token stream arrives
+            for chunk in (*SSE_CHUNKS, SSE_TAIL):  # one write per event, as tokens arrive
+                if transport.is_closing():  # the client left mid-stream (end of a wrk run)
+                    return
                 transport.write(chunk)
-            transport.write(SSE_TAIL)
         else:
             transport.write(_response(JSON_BODY))
         if b"connection: close" in head:

@@ -109,6 +109,10 @@ def main() -> int:
         print(line, end="")
         if line.startswith("IOP Edge ready"):
             break
+    else:
+        code = edge.wait()
+        print(f"The Edge did not start (exit {code}); see the messages above.", file=sys.stderr)
+        return 1
     node = subprocess.Popen([PY, "-m", "nodes.agent.main", "--config", str(node_yaml)], cwd=ROOT)
     print(
         "\nClient token (keep it private): " + tokens["client"] + "\n"

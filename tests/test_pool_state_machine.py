@@ -237,7 +237,7 @@ class _Sink:
         self.machine.on_grant(waiter, lease)
 
     def failed(self, waiter: Waiter, error: PoolError) -> None:
-        self.machine.on_end(self.machine.waiting.pop(waiter)[0], ("fail", error.code))
+        self.machine.on_end(self.machine.waiting.pop(waiter), ("fail", error.code))
 
 
 class PoolMachine(RuleBasedStateMachine):
@@ -248,7 +248,7 @@ class PoolMachine(RuleBasedStateMachine):
         self.core = PoolCore(INITIAL, self.sink, clock=lambda: self.now)
         self.ref = RefPool(INITIAL)
         self.n = 0
-        self.waiting: dict[Waiter, tuple[int, Waiter]] = {}  # waiter -> (request n, waiter)
+        self.waiting: dict[Waiter, int] = {}  # queued waiter -> request number
         self.held: list[tuple[int, Lease]] = []
         self.released: list[Lease] = []
         self.fate: dict[int, tuple[object, ...]] = {}
@@ -268,7 +268,7 @@ class PoolMachine(RuleBasedStateMachine):
             self.step_events.append((outcome[0], n, *outcome[1:]))
 
     def on_grant(self, waiter: Waiter, lease: Lease) -> None:
-        n, _ = self.waiting.pop(waiter)
+        n = self.waiting.pop(waiter)
         self.step_seqs.append(waiter.seq)
         self.check_within_capacity(lease)
         self.held.append((n, lease))
@@ -314,7 +314,7 @@ class PoolMachine(RuleBasedStateMachine):
             self.on_end(n, ("lease", outcome.node_id, outcome.provider_id))
         else:
             assert expected is None
-            self.waiting[outcome] = (n, outcome)
+            self.waiting[outcome] = n
 
     @precondition(lambda self: self.held)
     @rule(i=st.integers(0, 50))
@@ -339,7 +339,7 @@ class PoolMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.waiting)
     @rule(i=st.integers(0, 50))
     def cancel(self, i: int) -> None:
-        n, waiter = list(self.waiting.values())[i % len(self.waiting)]
+        waiter, n = list(self.waiting.items())[i % len(self.waiting)]
         del self.waiting[waiter]
         assert self.core.cancel(waiter) is True
         assert self.core.cancel(waiter) is False
@@ -350,7 +350,7 @@ class PoolMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, 50), j=st.integers(0, 50))
     def cancel_in_dispatch_tick(self, i: int, j: int) -> None:
         """The caller goes away, then a release pumps before the cancel is processed."""
-        n, waiter = list(self.waiting.values())[i % len(self.waiting)]
+        waiter, n = list(self.waiting.items())[i % len(self.waiting)]
         del self.waiting[waiter]
         self.sink.abandoned_waiters.add(waiter)
         self.on_end(n, ("cancelled",))
@@ -437,7 +437,7 @@ class PoolMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         """Drain: cancel every waiter, release every lease; every request ended exactly once."""
-        for n, waiter in list(self.waiting.values()):
+        for waiter, n in list(self.waiting.items()):
             assert self.core.cancel(waiter)
             self.on_end(n, ("cancelled",))
         self.waiting.clear()
@@ -451,7 +451,7 @@ class PoolMachine(RuleBasedStateMachine):
 
 
 PoolMachine.TestCase.settings = settings(
-    max_examples=120,
+    max_examples=200,
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.db import connections
 
 from nodes import wire
 from pool.engine import Lease, Unavailable
@@ -136,9 +137,12 @@ async def test_two_concurrent_applies_on_the_same_parent_are_serialized(edge):
         return document
 
     def run(document: Doc) -> services.Outcome:
-        return services.apply_document(
-            edge, document, source="document", author_label="t", parent=parent
-        )
+        try:
+            return services.apply_document(
+                edge, document, source="document", author_label="t", parent=parent
+            )
+        finally:
+            connections.close_all()
 
     outcomes = await asyncio.gather(
         sync_to_async(run, thread_sensitive=False)(candidate(5)),
@@ -160,7 +164,10 @@ async def test_concurrent_applies_without_a_parent_all_apply_one_after_another(e
     def run(capacity: int) -> services.Outcome:
         document = edge.snapshot.document
         provider(document, "vllm-local")["capacity"] = capacity
-        return services.apply_document(edge, document, source="document", author_label="t")
+        try:
+            return services.apply_document(edge, document, source="document", author_label="t")
+        finally:
+            connections.close_all()  # a worker thread's connection would outlive the test DB
 
     outcomes = await asyncio.gather(
         *(sync_to_async(run, thread_sensitive=False)(c) for c in (5, 6, 7))

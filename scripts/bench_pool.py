@@ -1,0 +1,223 @@
+"""Benchmark of the pool engine (``make bench-pool``); prints Markdown tables for docs/pool.md.
+
+Topology: N providers, 10 per node; N/10 model groups of 10 providers each (every group spans
+10 nodes), capacity 4, long capacity 1, capability ``chat``. Waiters are real asyncio tasks
+blocked in ``ProviderPool.acquire``. Bounded: a few seconds per section, < 60 s in total.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pool.engine import Lease, PoolPolicy, PoolProvider, ProviderPool
+
+CHAT = frozenset({"chat"})
+GROUP_SIZE = 10
+
+
+def topology(
+    n: int,
+    *,
+    group_size: int = GROUP_SIZE,
+    busy: bool = False,
+    prio_shift: int = 0,
+    queue: int = 16,
+) -> PoolPolicy:
+    """N providers in groups of ``group_size``; optionally a separate one-slot "busy" group."""
+    groups_n = max(1, n // group_size)
+    providers = [
+        PoolProvider(f"node-{i // 10}", f"p{i}", 4, 1, (i + prio_shift) % 7, True, CHAT)
+        for i in range(n)
+    ]
+    groups = {f"g{k}": tuple(f"p{i}" for i in range(k, n, groups_n)) for k in range(groups_n)}
+    if busy:
+        providers.append(PoolProvider("node-busy", "busy", 1, 0, 0, True, CHAT))
+        groups["busy"] = ("busy",)
+    return PoolPolicy(tuple(providers), groups, max_queue=queue, queue_timeout_ms=30_000)
+
+
+def ready(pool: ProviderPool, policy: PoolPolicy) -> None:
+    for node in sorted({p.node_id for p in policy.providers}):
+        pool.node_ready(node, 1)
+
+
+async def park(
+    pool: ProviderPool, granted: list[Lease], models: list[str], long_every: int = 0
+) -> list[asyncio.Task[None]]:
+    """Queue one waiter per model entry, in order; each granted lease is appended to ``granted``."""
+
+    async def wait(model: str, long: bool) -> None:
+        granted.append(await pool.acquire(model, CHAT, long=long))
+
+    start = pool.snapshot().queue_depth
+    tasks = [
+        asyncio.create_task(wait(m, bool(long_every) and i % long_every == 0))
+        for i, m in enumerate(models)
+    ]
+    for _ in range(1000):
+        if pool.snapshot().queue_depth == start + len(models):
+            break
+        await asyncio.sleep(0)
+    else:
+        raise RuntimeError("waiters did not reach the queue")
+    return tasks
+
+
+async def unpark(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def new_pool(policy: PoolPolicy) -> ProviderPool:
+    pool = ProviderPool(policy)
+    ready(pool, policy)
+    return pool
+
+
+async def admit_release(
+    n: int, waiters: int, group_size: int = GROUP_SIZE, rounds: int = 20_000
+) -> tuple[float, float]:
+    """Admit + release on free providers while ``waiters`` wait on a separate full group."""
+    policy = topology(n, group_size=group_size, busy=True, queue=waiters + 16)
+    pool = new_pool(policy)
+    await pool.acquire("busy", CHAT)  # the busy group is full: its waiters stay queued
+    tasks = await park(pool, [], ["busy"] * waiters)
+    models = [m for m in policy.groups if m != "busy"]
+    samples = []
+    perf = time.perf_counter_ns
+    began = perf()
+    for i in range(rounds):
+        t0 = perf()
+        lease = await pool.acquire(models[i % len(models)], CHAT)
+        pool.release(lease)
+        samples.append(perf() - t0)
+    elapsed = (perf() - began) / 1e9
+    await unpark(tasks)
+    return rounds / elapsed, statistics.median(samples) / 1e3
+
+
+async def fill(pool: ProviderPool, policy: PoolPolicy) -> list[Lease]:
+    """Hold every slot of every provider (4 normal, one of them long)."""
+    held = []
+    for model in policy.groups:
+        size = len(policy.groups[model])
+        held += [await pool.acquire(model, CHAT, long=True) for _ in range(size)]
+        held += [await pool.acquire(model, CHAT) for _ in range(3 * size)]
+    return held
+
+
+async def next_waiter(n: int, waiting: int, rounds: int = 2_000) -> tuple[float, float]:
+    """Cost of one release that hands the slot to the next waiter, ``waiting`` queued."""
+    policy = topology(n, queue=waiting + rounds + 16)
+    pool = new_pool(policy)
+    held = await fill(pool, policy)
+    models = list(policy.groups)
+    granted: list[Lease] = []
+    tasks = await park(pool, granted, [models[i % len(models)] for i in range(waiting + rounds)], 7)
+    samples = []
+    perf = time.perf_counter_ns
+    for i in range(rounds):
+        lease = held[(i * 37) % len(held)]
+        t0 = perf()
+        pool.release(lease)
+        samples.append(perf() - t0)
+        for _ in range(10):  # let the granted task record its lease
+            if granted:
+                break
+            await asyncio.sleep(0)
+        else:
+            raise RuntimeError("a release dispatched no waiter")
+        held[(i * 37) % len(held)] = granted.pop()
+    depth = pool.snapshot().queue_depth
+    assert depth == waiting, f"each release must dispatch exactly one waiter ({depth})"
+    await unpark(tasks)
+    return statistics.median(samples) / 1e3, sorted(samples)[int(len(samples) * 0.99)] / 1e3
+
+
+async def apply_cost(n: int, waiting: int, rounds: int = 21) -> float:
+    """One apply (priorities change, nothing can run) with ``waiting`` waiters queued."""
+    policies = [topology(n, queue=waiting + 16, prio_shift=s) for s in (0, 3)]
+    pool = new_pool(policies[0])
+    await fill(pool, policies[0])
+    models = list(policies[0].groups)
+    tasks = await park(pool, [], [models[i % len(models)] for i in range(waiting)], 7)
+    samples = []
+    for i in range(rounds):
+        t0 = time.perf_counter_ns()
+        pool.apply(policies[(i + 1) % 2])
+        samples.append(time.perf_counter_ns() - t0)
+    assert pool.snapshot().queue_depth == waiting
+    await unpark(tasks)
+    return statistics.median(samples) / 1e6
+
+
+async def timed(label: str, work: Callable[[], Awaitable[str]]) -> None:
+    t0 = time.perf_counter()
+    line = await work()
+    print(line, flush=True)
+    if os.environ.get("BENCH_VERBOSE"):
+        print(f"  ({label}: {time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+
+
+async def main() -> None:
+    began = time.perf_counter()
+    print(f"Python {platform.python_version()}, {os.cpu_count()} CPUs, {platform.machine()}\n")
+    print("admit + release (free provider; waiters queued on another, full group)\n")
+    print("| providers | candidates | waiters | admit+release/s | median µs |")
+    print("| ---: | ---: | ---: | ---: | ---: |")
+    for n in (10, 100, 1000):
+        for waiters in (0, 1_000, 10_000):
+
+            async def row(n: int = n, waiters: int = waiters) -> str:
+                rate, median = await admit_release(n, waiters)
+                return f"| {n} | {min(n, GROUP_SIZE)} | {waiters} | {rate:,.0f} | {median:.1f} |"
+
+            await timed(f"admit {n}/{waiters}", row)
+
+    print("\nnext-waiter dispatch: one release hands its slot to the earliest eligible waiter")
+    print("(1000 providers all full; waiters spread over 100 groups, every 7th one long)\n")
+    print("| providers | waiting | median µs | p99 µs |")
+    print("| ---: | ---: | ---: | ---: |")
+    for waiting in (1_000, 10_000):
+
+        async def row2(waiting: int = waiting) -> str:
+            median, p99 = await next_waiter(1000, waiting)
+            return f"| 1000 | {waiting} | {median:.1f} | {p99:.1f} |"
+
+        await timed(f"dispatch {waiting}", row2)
+
+    print("\nfull re-evaluation: one apply (new priorities) over the queued waiters\n")
+    print("| providers | waiting | median ms |")
+    print("| ---: | ---: | ---: |")
+    for waiting in (0, 1_000, 10_000):
+
+        async def row3(waiting: int = waiting) -> str:
+            return f"| 1000 | {waiting} | {await apply_cost(1000, waiting):.2f} |"
+
+        await timed(f"apply {waiting}", row3)
+
+    print("\nwide group: one model group of all providers (selection is O(candidates))\n")
+    print("| providers | candidates | waiters | admit+release/s | median µs |")
+    print("| ---: | ---: | ---: | ---: | ---: |")
+    for n in (100, 1000):
+
+        async def row4(n: int = n) -> str:
+            rate, median = await admit_release(n, 0, group_size=n, rounds=5_000)
+            return f"| {n} | {n} | 0 | {rate:,.0f} | {median:.1f} |"
+
+        await timed(f"wide {n}", row4)
+    print(f"\nwhole bench: {time.perf_counter() - began:.1f} s")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
