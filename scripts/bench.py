@@ -23,7 +23,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "scripts")) if p not in sys.path]
 
-from bench_client import Probe, StreamSample, probe_for, rss_mb, run_wrk  # noqa: E402
+from bench_client import (  # noqa: E402
+    Probe,
+    StreamSample,
+    cpu_seconds,
+    probe_for,
+    rss_mb,
+    run_wrk,
+)
 from bench_report import Row, render  # noqa: E402
 from bench_upstream import EVENTS  # noqa: E402
 
@@ -40,10 +47,10 @@ then run `make bench` again."""
 
 
 class Target:
-    """One server under test: where to POST and with which client token."""
+    """One server under test: where to POST, with which client token, and its processes."""
 
-    def __init__(self, name: str, port: int, token: str = "", pid: int | None = None) -> None:
-        self.name, self.port, self.token, self.pid = name, port, token, pid
+    def __init__(self, name: str, port: int, pids: dict[str, int], token: str = "") -> None:
+        self.name, self.port, self.pids, self.token = name, port, pids, token
         self.url = f"http://127.0.0.1:{port}/v1/chat/completions"
 
     def probe(self, mode: str) -> Probe:
@@ -81,6 +88,7 @@ async def _measure(target: Target, mode: str, c: int, seconds: float) -> Row:
     else one extra connection beside wrk's c)."""
     body = json.dumps(BODIES[mode]).encode()
     samples: list[StreamSample] = []
+    cpu_before = {name: cpu_seconds(pid) for name, pid in target.pids.items()}
     if mode == "stream" and c == 1:
         samples = await probe_for(target.probe(mode), min(seconds, 2.0))
     wrk = asyncio.create_task(asyncio.to_thread(run_wrk, target.url, body, target.token, c,
@@ -88,7 +96,11 @@ async def _measure(target: Target, mode: str, c: int, seconds: float) -> Row:
     if mode == "stream" and c > 1:
         await asyncio.sleep(min(0.5, seconds / 4))  # let wrk's connections get going
         samples = await probe_for(target.probe(mode), seconds / 2)
-    return Row(target.name, mode, c, await wrk, [s.ttfb_s for s in samples])
+    result = await wrk
+    served = max(1, result.requests + len(samples))
+    cpu_ms = {name: (cpu_seconds(pid) - cpu_before[name]) * 1000 / served
+              for name, pid in target.pids.items()}
+    return Row(target.name, mode, c, result, [s.ttfb_s for s in samples], cpu_ms)
 
 
 def _profile(pids: dict[str, int], seconds: float, out: Path, label: str) -> list[Any]:
@@ -113,14 +125,19 @@ async def _run(targets: list[Target], pids: dict[str, int], args: argparse.Names
     rows: list[Row] = []
     for mode in BODIES:
         for c in CONCURRENCY:
-            for target in targets:
-                spies = []
-                if args.profile and target.name == "edge" and c == 16:
-                    spies = _profile(pids, args.seconds, Path(args.profile), mode)
-                rows.append(await _measure(target, mode, c, args.seconds))
-                for spy in spies:
-                    spy.wait(timeout=30)
-                print(rows[-1].line(), file=sys.stderr, flush=True)
+            runs: dict[str, list[Row]] = {}
+            for turn in range(args.rounds):  # rounds interleave the targets
+                for target in targets:
+                    spies = []
+                    if args.profile and target.name == "edge" and c == 16 and turn == 0:
+                        spies = _profile(pids, args.seconds, Path(args.profile), mode)
+                    row = await _measure(target, mode, c, args.seconds)
+                    for spy in spies:
+                        spy.wait(timeout=30)
+                    print(row.line(), file=sys.stderr, flush=True)
+                    runs.setdefault(target.name, []).append(row)
+            # Best of the rounds: other work on a shared machine only ever slows a run down.
+            rows += [max(found, key=lambda r: r.rps) for found in runs.values()]
     return rows
 
 
@@ -128,6 +145,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=3.0, help="length of each wrk run")
+    parser.add_argument("--rounds", type=int, default=2, help="runs per figure; the best counts")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--profile", metavar="DIR",
                         help="py-spy the Edge and the Node during the c=16 runs into DIR")
@@ -152,8 +170,9 @@ def main() -> int:
             assert stack.edge and stack.edge.popen and stack.nodes[0].popen
             pids = {"edge": stack.edge.popen.pid, "node": stack.nodes[0].popen.pid}
             idle = {name: rss_mb(pid)[0] for name, pid in pids.items()}
-            targets = [Target("upstream", int(port)), Target("proxy", proxy_port, pid=proxy.pid),
-                       Target("edge", stack.ports["openai"], stack.token, pids["edge"])]
+            targets = [Target("upstream", int(port), {"upstream": upstream.pid}),
+                       Target("proxy", proxy_port, {"proxy": proxy.pid}),
+                       Target("edge", stack.ports["openai"], pids, stack.token)]
             rows = asyncio.run(_run(targets, pids, args))
             memory = {name: (idle[name], *rss_mb(pid)) for name, pid in pids.items()}
             stack.wait_idle()
@@ -162,7 +181,7 @@ def main() -> int:
             if proc is not None:
                 proc.terminate()
                 proc.wait(10)
-    report = render(rows, memory, time.monotonic() - started)
+    report = render(rows, memory, time.monotonic() - started, args.rounds)
     print(report["text"])
     if args.json:
         Path(args.json).write_text(json.dumps(report["data"], indent=2))

@@ -127,6 +127,12 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far, from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mb(pid: int) -> tuple[float, float]:
     """(current RSS, peak RSS) of a process in MB, from /proc/<pid>/status."""
     fields = dict(

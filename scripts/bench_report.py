@@ -17,6 +17,7 @@ class Row:
     c: int
     wrk: WrkResult
     ttfb_s: list[float] = field(default_factory=list)
+    cpu_ms: dict[str, float] = field(default_factory=dict)  # CPU per request, per process
 
     @property
     def rps(self) -> float:
@@ -33,14 +34,18 @@ class Row:
         ttfb = f" ttfb p50 {self.ttfb_ms(50):.2f} ms" if self.ttfb_s else ""
         return (f"{self.mode:6} c={self.c:<3} {self.target:8} {self.rps:8.0f} req/s "
                 f"p50 {self.wrk.p50_ms:.2f} ms p99 {self.wrk.p99_ms:.2f} ms{ttfb}"
-                f" errors {self.wrk.errors}")
+                f" cpu/req {self.cpu_text()} errors {self.wrk.errors}")
+
+    def cpu_text(self) -> str:
+        return " + ".join(f"{name} {ms:.2f}" for name, ms in self.cpu_ms.items())
 
     def as_dict(self) -> dict[str, Any]:
         return {"target": self.target, "mode": self.mode, "c": self.c, "rps": round(self.rps, 1),
                 "p50_ms": self.wrk.p50_ms, "p99_ms": self.wrk.p99_ms, "errors": self.wrk.errors,
                 "requests": self.wrk.requests, "events_s": round(self.events_s),
                 "ttfb_p50_ms": round(self.ttfb_ms(50), 3),
-                "ttfb_p99_ms": round(self.ttfb_ms(99), 3), "ttfb_samples": len(self.ttfb_s)}
+                "ttfb_p99_ms": round(self.ttfb_ms(99), 3), "ttfb_samples": len(self.ttfb_s),
+                "cpu_ms_per_request": {k: round(v, 3) for k, v in self.cpu_ms.items()}}
 
 
 def _ratio(a: float, b: float) -> str:
@@ -71,19 +76,20 @@ def _targets(by: dict[tuple[str, str, int], Row], memory: dict[str, tuple[float,
     ]
 
 
-def render(rows: list[Row], memory: dict[str, tuple[float, ...]], elapsed_s: float
-           ) -> dict[str, Any]:
+def render(rows: list[Row], memory: dict[str, tuple[float, ...]], elapsed_s: float,
+           rounds: int) -> dict[str, Any]:
     """Markdown tables for people and a dict for --json."""
     by = {(r.target, r.mode, r.c): r for r in rows}
-    out = [f"IOP Edge benchmark: loopback, {os.cpu_count()} CPUs, wrk -t1, "
-           f"{rows[0].wrk.seconds:.0f} s per run, {EVENTS} events per stream, "
+    out = [f"IOP Edge benchmark: loopback, {os.cpu_count()} CPUs, wrk -t1, best of {rounds} "
+           f"runs of {rows[0].wrk.seconds:.0f} s, {EVENTS} events per stream, "
            f"{elapsed_s:.0f} s in all", "", "## Raw figures", ""]
     out += _table(
         ["mode", "c", "target", "req/s", "p50 ms", "p99 ms", "TTFB p50 ms", "TTFB p99 ms",
-         "events/s", "errors"],
+         "events/s", "CPU ms/req", "errors"],
         [[r.mode, str(r.c), r.target, f"{r.rps:.0f}", f"{r.wrk.p50_ms:.2f}", f"{r.wrk.p99_ms:.2f}",
           f"{r.ttfb_ms(50):.2f}" if r.ttfb_s else "-", f"{r.ttfb_ms(99):.2f}" if r.ttfb_s else "-",
-          f"{r.events_s:.0f}" if r.mode == "stream" else "-", str(r.wrk.errors)] for r in rows])
+          f"{r.events_s:.0f}" if r.mode == "stream" else "-", r.cpu_text(), str(r.wrk.errors)]
+         for r in rows])
     out += ["", "## Edge+Node against the baselines (ratio = Edge / baseline)", ""]
     ratio_rows = []
     for (target, mode, c), edge in by.items():

@@ -1,0 +1,83 @@
+"""Summarise a py-spy raw (collapsed) profile: where the samples' time went.
+
+``python scripts/bench_profile.py var/bench/profile/edge-json.txt [--top 20]``
+prints self time by package area and by function, and inclusive time of the project's own
+functions. `make bench` writes these files with ``--profile DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections import Counter
+from pathlib import Path
+
+FRAME = re.compile(r"^(?P<func>.+) \((?P<file>[^():]+)(?::\d+)?\)$")
+# First match wins; paths are as py-spy prints them (site-packages relative, or project).
+AREAS = [
+    ("twisted", "twisted/"), ("daphne", "daphne/"), ("autobahn", "autobahn/"),
+    ("channels", "channels/"), ("asgiref", "asgiref/"), ("django", "django/"),
+    ("aiohttp", "aiohttp/"), ("websockets", "websockets/"), ("msgspec", "msgspec"),
+    ("json (stdlib)", "json/"), ("email (stdlib)", "email/"), ("logging", "logging/"),
+    ("asyncio", "asyncio/"), ("selectors/socket", "selectors.py"), ("selectors/socket", "socket"),
+    ("pool/http", "pool/http/"), ("pool/engine", "pool/engine/"), ("pool (other)", "pool/"),
+    ("nodes/agent", "nodes/agent/"), ("nodes (hub, wire)", "nodes/"), ("catalog", "catalog/"),
+]
+
+
+def area(path: str) -> str:
+    for name, marker in AREAS:
+        if marker in path:
+            return name
+    return "other"
+
+
+def parse(path: Path) -> list[tuple[list[tuple[str, str]], int]]:
+    """[(frames root..leaf as (function, file)), count] from a py-spy --format raw file."""
+    stacks = []
+    for line in path.read_text().splitlines():
+        body, _, count = line.rpartition(" ")
+        frames = []
+        for raw in body.split(";"):
+            match = FRAME.match(raw)
+            frames.append((match["func"], match["file"]) if match else (raw, ""))
+        if frames and count.isdigit():
+            stacks.append((frames, int(count)))
+    return stacks
+
+
+def summary(path: Path, top: int) -> str:
+    stacks = parse(path)
+    total = sum(count for _, count in stacks) or 1
+    by_area: Counter[str] = Counter()
+    by_func: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    for frames, count in stacks:
+        func, file = frames[-1]
+        by_area[area(file)] += count
+        by_func[f"{func} ({file})"] += count
+        own = {f"{f} ({p})" for f, p in frames if p.startswith(("pool/", "nodes/", "iop_site/"))}
+        for name in own:
+            inclusive[name] += count
+
+    def block(title: str, counter: Counter[str]) -> list[str]:
+        rows = [f"  {100 * n / total:5.1f}%  {name}" for name, n in counter.most_common(top)]
+        return [title, *rows]
+
+    lines = [f"{path.name}: {total} samples"]
+    lines += block("self time by area:", by_area)
+    lines += block("self time by function:", by_func)
+    lines += block("inclusive time of project functions:", inclusive)
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("--top", type=int, default=20)
+    args = parser.parse_args()
+    print("\n\n".join(summary(path, args.top) for path in args.files))
+
+
+if __name__ == "__main__":
+    main()
