@@ -25,6 +25,37 @@ AREAS = [
 ]
 
 
+# A sample belongs to the first phase (in this order) that any of its frames matches; project
+# code below that is attributed to its leaf-most project frame.
+PHASES = [
+    ("socket writes", ("untilConcludes", "writeSomeData", "_SelectorSocketTransport.write")),
+    ("HTTP request parsing (Twisted, email)", ("email/", "HTTPChannel.lineReceived",
+                                               "HTTPChannel.headerReceived", "requestReceived",
+                                               "HTTPChannel.allHeadersReceived")),
+    ("access log formatting (Twisted)", ("combinedLogFormatter", "HTTPFactory.log")),
+    ("websocket frames (autobahn, daphne ws)", ("autobahn/", "daphne/ws_protocol.py",
+                                                "websockets/")),
+    ("Channels consumer plumbing", ("channels/",)),
+]
+PROJECT = ("pool/", "nodes/")
+LOOP = [("daphne HTTP glue", ("daphne/",)), ("aiohttp client", ("aiohttp/",)),
+        ("Twisted reactor", ("twisted/",)), ("asyncio loop and epoll", ("asyncio/", "selectors"))]
+
+
+def phase(frames: list[tuple[str, str]]) -> str:
+    text = [f"{func} ({file})" for func, file in frames]
+    for name, markers in PHASES:
+        if any(marker in frame for frame in text for marker in markers):
+            return name
+    for func, file in reversed(frames):
+        if file.startswith(PROJECT) and not file.endswith(("agent/main.py",)):
+            return f"project: {area(file)}"
+    for name, markers in LOOP:
+        if any(marker in frames[-1][1] for marker in markers):
+            return name
+    return "other"
+
+
 def area(path: str) -> str:
     for name, marker in AREAS:
         if marker in path:
@@ -52,7 +83,9 @@ def summary(path: Path, top: int) -> str:
     by_area: Counter[str] = Counter()
     by_func: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
+    phases: Counter[str] = Counter()
     for frames, count in stacks:
+        phases[phase(frames)] += count
         func, file = frames[-1]
         by_area[area(file)] += count
         by_func[f"{func} ({file})"] += count
@@ -65,6 +98,7 @@ def summary(path: Path, top: int) -> str:
         return [title, *rows]
 
     lines = [f"{path.name}: {total} samples"]
+    lines += block("time by phase:", phases)
     lines += block("self time by area:", by_area)
     lines += block("self time by function:", by_func)
     lines += block("inclusive time of project functions:", inclusive)

@@ -35,6 +35,9 @@ class FakeOpenAI(FakeServer):
             web.post("/v1/messages", self.messages),
             web.post("/v1/messages/count_tokens", self.count_tokens),
             web.get("/v1/models", self.list_models),
+            # Z.AI's General API and Coding Plan paths (R-PROF-7), served alike.
+            web.post("/api/paas/v4/chat/completions", self.chat),
+            web.post("/api/coding/paas/v4/chat/completions", self.chat),
         ]
 
     # --- chat completions ------------------------------------------------------------------
