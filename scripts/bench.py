@@ -79,8 +79,10 @@ async def _check(target: Target) -> None:
             await probe.close()
         expected = EVENTS if mode == "stream" else 0
         if sample.status != 200 or sample.events != expected:
-            raise RuntimeError(f"{target.name} answered {mode} with status {sample.status} and "
-                               f"{sample.events} events (expected 200 and {expected})")
+            raise RuntimeError(
+                f"{target.name} answered {mode} with status {sample.status} and "
+                f"{sample.events} events (expected 200 and {expected})"
+            )
 
 
 async def _measure(target: Target, mode: str, c: int, seconds: float) -> Row:
@@ -91,15 +93,18 @@ async def _measure(target: Target, mode: str, c: int, seconds: float) -> Row:
     cpu_before = {name: cpu_seconds(pid) for name, pid in target.pids.items()}
     if mode == "stream" and c == 1:
         samples = await probe_for(target.probe(mode), min(seconds, 2.0))
-    wrk = asyncio.create_task(asyncio.to_thread(run_wrk, target.url, body, target.token, c,
-                                                seconds))
+    wrk = asyncio.create_task(
+        asyncio.to_thread(run_wrk, target.url, body, target.token, c, seconds)
+    )
     if mode == "stream" and c > 1:
         await asyncio.sleep(min(0.5, seconds / 4))  # let wrk's connections get going
         samples = await probe_for(target.probe(mode), seconds / 2)
     result = await wrk
     served = max(1, result.requests + len(samples))
-    cpu_ms = {name: (cpu_seconds(pid) - cpu_before[name]) * 1000 / served
-              for name, pid in target.pids.items()}
+    cpu_ms = {
+        name: (cpu_seconds(pid) - cpu_before[name]) * 1000 / served
+        for name, pid in target.pids.items()
+    }
     return Row(target.name, mode, c, result, [s.ttfb_s for s in samples], cpu_ms)
 
 
@@ -110,18 +115,36 @@ def _profile(pids: dict[str, int], seconds: float, out: Path, label: str) -> lis
         print("--profile needs py-spy: .venv/bin/pip install py-spy", file=sys.stderr)
         return []
     out.mkdir(parents=True, exist_ok=True)
-    return [subprocess.Popen([spy, "record", "--pid", str(pid), "--duration", str(int(seconds)),
-                              "--rate", "250", "--nonblocking", "--format", "raw",
-                              "-o", str(out / f"{name}-{label}.txt")],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for name, pid in pids.items()]
+    return [
+        subprocess.Popen(
+            [
+                spy,
+                "record",
+                "--pid",
+                str(pid),
+                "--duration",
+                str(int(seconds)),
+                "--rate",
+                "250",
+                "--nonblocking",
+                "--format",
+                "raw",
+                "-o",
+                str(out / f"{name}-{label}.txt"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for name, pid in pids.items()
+    ]
 
 
 async def _run(targets: list[Target], pids: dict[str, int], args: argparse.Namespace) -> list[Row]:
     for target in targets:
         await _check(target)
-        await asyncio.to_thread(run_wrk, target.url, json.dumps(BODIES["json"]).encode(),
-                                target.token, 16, 1)  # warm-up: connections, caches
+        await asyncio.to_thread(
+            run_wrk, target.url, json.dumps(BODIES["json"]).encode(), target.token, 16, 1
+        )  # warm-up: connections, caches
     rows: list[Row] = []
     for mode in BODIES:
         for c in CONCURRENCY:
@@ -142,13 +165,17 @@ async def _run(targets: list[Target], pids: dict[str, int], args: argparse.Names
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=float, default=3.0, help="length of each wrk run")
     parser.add_argument("--rounds", type=int, default=2, help="runs per figure; the best counts")
     parser.add_argument("--json", help="also write the results to this file")
-    parser.add_argument("--profile", metavar="DIR",
-                        help="py-spy the Edge and the Node during the c=16 runs into DIR")
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="py-spy the Edge and the Node during the c=16 runs into DIR",
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         print(WRK_MISSING, file=sys.stderr)
@@ -158,21 +185,42 @@ def main() -> int:
     proxy_port = free_port()
     proxy = None
     try:
-        proxy, _ = _spawn(["scripts/bench_proxy.py", "--port", str(proxy_port),
-                           "--upstream", f"http://127.0.0.1:{port}"], first_line="ready")
-        with tempfile.TemporaryDirectory(prefix="iop-bench-") as directory, Stack(
-            Path(directory), upstreams={},
-            providers=[{"id": "p-bench", "profile": "openai", "capacity": 256,
-                        "base_url": f"http://127.0.0.1:{port}/v1"}],
-            models=[{"id": "bench", "providers": {"p-bench": "bench-served"}}],
-            pool={"max_queue": 1024}, log_level="WARNING",
-        ) as stack:
+        proxy, _ = _spawn(
+            [
+                "scripts/bench_proxy.py",
+                "--port",
+                str(proxy_port),
+                "--upstream",
+                f"http://127.0.0.1:{port}",
+            ],
+            first_line="ready",
+        )
+        with (
+            tempfile.TemporaryDirectory(prefix="iop-bench-") as directory,
+            Stack(
+                Path(directory),
+                upstreams={},
+                providers=[
+                    {
+                        "id": "p-bench",
+                        "profile": "openai",
+                        "capacity": 256,
+                        "base_url": f"http://127.0.0.1:{port}/v1",
+                    }
+                ],
+                models=[{"id": "bench", "providers": {"p-bench": "bench-served"}}],
+                pool={"max_queue": 1024},
+                log_level="WARNING",
+            ) as stack,
+        ):
             assert stack.edge and stack.edge.popen and stack.nodes[0].popen
             pids = {"edge": stack.edge.popen.pid, "node": stack.nodes[0].popen.pid}
             idle = {name: rss_mb(pid)[0] for name, pid in pids.items()}
-            targets = [Target("upstream", int(port), {"upstream": upstream.pid}),
-                       Target("proxy", proxy_port, {"proxy": proxy.pid}),
-                       Target("edge", stack.ports["openai"], pids, stack.token)]
+            targets = [
+                Target("upstream", int(port), {"upstream": upstream.pid}),
+                Target("proxy", proxy_port, {"proxy": proxy.pid}),
+                Target("edge", stack.ports["openai"], pids, stack.token),
+            ]
             rows = asyncio.run(_run(targets, pids, args))
             memory = {name: (idle[name], *rss_mb(pid)) for name, pid in pids.items()}
             stack.wait_idle()

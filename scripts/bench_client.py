@@ -34,12 +34,25 @@ def run_wrk(url: str, body: bytes, token: str, connections: int, seconds: float)
     """One wrk run (one thread: this machine has two cores to share with the servers)."""
     env = {**os.environ, "BENCH_BODY": body.decode(), "BENCH_TOKEN": token}
     out = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s",
-         "-s", str(LUA), url],
-        env=env, capture_output=True, text=True, timeout=seconds + 30, check=True,
+        [
+            "wrk",
+            "-t1",
+            f"-c{connections}",
+            f"-d{max(1, round(seconds))}s",
+            "--timeout",
+            "10s",
+            "-s",
+            str(LUA),
+            url,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=seconds + 30,
+        check=True,
     ).stdout
     line = next(line for line in out.splitlines() if line.startswith("BENCH "))
-    data = json.loads(line[len("BENCH "):])
+    data = json.loads(line[len("BENCH ") :])
     return WrkResult(
         requests=data["requests"],
         seconds=data["duration_us"] / 1e6,
@@ -61,8 +74,12 @@ class Probe:
     """One keep-alive connection that sends POSTs and times each response."""
 
     def __init__(self, host: str, port: int, path: str, body: bytes, token: str) -> None:
-        headers = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}",
-                   "Content-Type: application/json", f"Content-Length: {len(body)}"]
+        headers = [
+            f"POST {path} HTTP/1.1",
+            f"Host: {host}:{port}",
+            "Content-Type: application/json",
+            f"Content-Length: {len(body)}",
+        ]
         if token:
             headers.append(f"Authorization: Bearer {token}")
         self.request = ("\r\n".join(headers) + "\r\n\r\n").encode() + body
@@ -98,8 +115,9 @@ class Probe:
         end = time.perf_counter()
         if b"connection: close" in head:
             await self.close()
-        return StreamSample(ttfb_s=(first or end) - start, total_s=end - start, events=events,
-                            status=status)
+        return StreamSample(
+            ttfb_s=(first or end) - start, total_s=end - start, events=events, status=status
+        )
 
     async def close(self) -> None:
         if self.writer is not None:
@@ -136,7 +154,8 @@ def cpu_seconds(pid: int) -> float:
 def rss_mb(pid: int) -> tuple[float, float]:
     """(current RSS, peak RSS) of a process in MB, from /proc/<pid>/status."""
     fields = dict(
-        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        line.split(":", 1)
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
         if ":" in line
     )
     return (int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024)

@@ -15,44 +15,71 @@ from pathlib import Path
 FRAME = re.compile(r"^(?P<func>.+) \((?P<file>[^():]+)(?::\d+)?\)$")
 # First match wins; paths are as py-spy prints them (site-packages relative, or project).
 AREAS = [
-    ("twisted", "twisted/"), ("daphne", "daphne/"), ("autobahn", "autobahn/"),
-    ("channels", "channels/"), ("asgiref", "asgiref/"), ("django", "django/"),
-    ("aiohttp", "aiohttp/"), ("websockets", "websockets/"), ("msgspec", "msgspec"),
-    ("json (stdlib)", "json/"), ("email (stdlib)", "email/"), ("logging", "logging/"),
-    ("asyncio", "asyncio/"), ("selectors/socket", "selectors.py"), ("selectors/socket", "socket"),
-    ("pool/http", "pool/http/"), ("pool/engine", "pool/engine/"), ("pool (other)", "pool/"),
-    ("nodes/agent", "nodes/agent/"), ("nodes (hub, wire)", "nodes/"), ("catalog", "catalog/"),
+    ("twisted", "twisted/"),
+    ("daphne", "daphne/"),
+    ("autobahn", "autobahn/"),
+    ("channels", "channels/"),
+    ("asgiref", "asgiref/"),
+    ("django", "django/"),
+    ("aiohttp", "aiohttp/"),
+    ("websockets", "websockets/"),
+    ("msgspec", "msgspec"),
+    ("json (stdlib)", "json/"),
+    ("email (stdlib)", "email/"),
+    ("logging", "logging/"),
+    ("asyncio", "asyncio/"),
+    ("selectors/socket", "selectors.py"),
+    ("selectors/socket", "socket"),
+    ("pool/http", "pool/http/"),
+    ("pool/engine", "pool/engine/"),
+    ("pool (other)", "pool/"),
+    ("nodes/agent", "nodes/agent/"),
+    ("nodes (hub, wire)", "nodes/"),
+    ("catalog", "catalog/"),
 ]
 
 
-# A sample belongs to the first phase (in this order) that any of its frames matches; project
-# code below that is attributed to its leaf-most project frame.
-PHASES = [
+# A sample belongs to the leaf-most frame that matches one of these (first rule wins per frame);
+# the generic loop rules apply only when no frame matches a specific one.
+SPECIFIC = [
     ("socket writes", ("untilConcludes", "writeSomeData", "_SelectorSocketTransport.write")),
-    ("HTTP request parsing (Twisted, email)", ("email/", "HTTPChannel.lineReceived",
-                                               "HTTPChannel.headerReceived", "requestReceived",
-                                               "HTTPChannel.allHeadersReceived")),
+    (
+        "HTTP header parsing (Twisted, email)",
+        ("email/", "_parseContentType", "lineReceived", "headerReceived", "addRawHeader"),
+    ),
     ("access log formatting (Twisted)", ("combinedLogFormatter", "HTTPFactory.log")),
-    ("websocket frames (autobahn, daphne ws)", ("autobahn/", "daphne/ws_protocol.py",
-                                                "websockets/")),
+    (
+        "websocket frames (autobahn, websockets)",
+        ("autobahn/", "daphne/ws_protocol.py", "websockets/"),
+    ),
     ("Channels consumer plumbing", ("channels/",)),
+    ("project: pool/http", ("pool/http/",)),
+    ("project: pool/engine", ("pool/engine/",)),
+    ("project: metering", ("pool/metering/", "prometheus_client/")),
+    ("project: nodes/agent", ("nodes/agent/",)),
+    ("project: hub and wire", ("nodes/",)),
+    ("daphne HTTP glue", ("daphne/",)),
+    ("aiohttp client", ("aiohttp/",)),
 ]
-PROJECT = ("pool/", "nodes/")
-LOOP = [("daphne HTTP glue", ("daphne/",)), ("aiohttp client", ("aiohttp/",)),
-        ("Twisted reactor", ("twisted/",)), ("asyncio loop and epoll", ("asyncio/", "selectors"))]
+GENERIC = [
+    ("Twisted reactor", ("twisted/",)),
+    ("asyncio loop and epoll", ("asyncio/", "selectors")),
+]
 
 
 def phase(frames: list[tuple[str, str]]) -> str:
-    text = [f"{func} ({file})" for func, file in frames]
-    for name, markers in PHASES:
-        if any(marker in frame for frame in text for marker in markers):
-            return name
-    for func, file in reversed(frames):
-        if file.startswith(PROJECT) and not file.endswith(("agent/main.py",)):
-            return f"project: {area(file)}"
-    for name, markers in LOOP:
-        if any(marker in frames[-1][1] for marker in markers):
-            return name
+    """The phase a sample's time belongs to (see SPECIFIC and GENERIC).
+
+    Frames above the loop's first callback (startup code, ``Server.run``) own nothing.
+    """
+    cut = next((i for i, (func, _) in enumerate(frames) if func == "Handle._run"), len(frames))
+    work = frames[cut:] or frames[-1:]
+    for rules in (SPECIFIC, GENERIC):
+        for func, file in reversed(work):
+            text = f"{func} ({file})"
+            for name, markers in rules:
+                if any(marker in text for marker in markers):
+                    return name
     return "other"
 
 
@@ -77,8 +104,16 @@ def parse(path: Path) -> list[tuple[list[tuple[str, str]], int]]:
     return stacks
 
 
+def idle(frames: list[tuple[str, str]]) -> bool:
+    """Waiting in epoll: a non-blocking py-spy cannot always tell that this is idle."""
+    func, file = frames[-1]
+    return file.endswith("selectors.py") and func.endswith(".select")
+
+
 def summary(path: Path, top: int) -> str:
-    stacks = parse(path)
+    everything = parse(path)
+    stacks = [(frames, count) for frames, count in everything if not idle(frames)]
+    waiting = sum(count for _, count in everything) - sum(count for _, count in stacks)
     total = sum(count for _, count in stacks) or 1
     by_area: Counter[str] = Counter()
     by_func: Counter[str] = Counter()
@@ -97,7 +132,7 @@ def summary(path: Path, top: int) -> str:
         rows = [f"  {100 * n / total:5.1f}%  {name}" for name, n in counter.most_common(top)]
         return [title, *rows]
 
-    lines = [f"{path.name}: {total} samples"]
+    lines = [f"{path.name}: {total} busy samples (+{waiting} waiting in epoll, left out)"]
     lines += block("time by phase:", phases)
     lines += block("self time by area:", by_area)
     lines += block("self time by function:", by_func)

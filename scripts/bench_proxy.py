@@ -32,10 +32,19 @@ class Proxy:
             message = await receive()
             body += message.get("body", b"")
             more = message.get("more_body", False)
-        async with self.session.request(scope["method"], self.upstream + scope["path"], data=body,
-                                        headers={"content-type": "application/json"}) as upstream:
-            await send({"type": "http.response.start", "status": upstream.status,
-                        "headers": [(b"content-type", upstream.headers["content-type"].encode())]})
+        async with self.session.request(
+            scope["method"],
+            self.upstream + scope["path"],
+            data=body,
+            headers={"content-type": "application/json"},
+        ) as upstream:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": upstream.status,
+                    "headers": [(b"content-type", upstream.headers["content-type"].encode())],
+                }
+            )
             async for chunk in upstream.content.iter_any():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
@@ -49,9 +58,14 @@ def main() -> None:
     from daphne.server import Server
 
     endpoint = f"tcp:port={args.port}:interface=127.0.0.1:backlog=1024"
-    Server(Proxy(args.upstream), endpoints=[endpoint], signal_handlers=True,
-           action_logger=None, verbosity=0,
-           ready_callable=lambda: print("ready", flush=True)).run()
+    Server(
+        Proxy(args.upstream),
+        endpoints=[endpoint],
+        signal_handlers=True,
+        action_logger=None,
+        verbosity=0,
+        ready_callable=lambda: print("ready", flush=True),
+    ).run()
 
 
 if __name__ == "__main__":

@@ -18,9 +18,13 @@ EVENTS = 20  # data events per stream, the final "[DONE]" included
 
 
 def _chunk(delta: dict[str, str], finish: str | None = None) -> bytes:
-    body = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 0,
-            "model": "bench-served", "choices": [{"index": 0, "delta": delta,
-                                                  "finish_reason": finish}]}
+    body = {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "bench-served",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
 
@@ -30,23 +34,39 @@ SSE_EVENTS = (
     + [_chunk({}, "stop"), b"data: [DONE]\n\n"]
 )
 SSE_CHUNKS = [b"%x\r\n%s\r\n" % (len(event), event) for event in SSE_EVENTS]
-SSE_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n")
+SSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n"
+)
 SSE_TAIL = b"0\r\n\r\n"
-JSON_BODY = json.dumps({
-    "id": "chatcmpl-bench", "object": "chat.completion", "created": 0, "model": "bench-served",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "pong"},
-                 "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
-}, separators=(",", ":")).encode()
-MODELS_BODY = json.dumps({"object": "list", "data": [{"id": "bench-served", "object": "model"}]},
-                         separators=(",", ":")).encode()
+JSON_BODY = json.dumps(
+    {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "bench-served",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "pong"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+    },
+    separators=(",", ":"),
+).encode()
+MODELS_BODY = json.dumps(
+    {"object": "list", "data": [{"id": "bench-served", "object": "model"}]}, separators=(",", ":")
+).encode()
 STREAM_RE = re.compile(rb'"stream"\s*:\s*true')
 
 
 def _response(body: bytes) -> bytes:
-    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-            % (len(body), body))
+    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(body),
+        body,
+    )
 
 
 class UpstreamProtocol(asyncio.Protocol):
@@ -70,7 +90,7 @@ class UpstreamProtocol(asyncio.Protocol):
         if end < 0:
             return False
         head = self.buffer[:end].lower()
-        rest = self.buffer[end + 4:]
+        rest = self.buffer[end + 4 :]
         if b"transfer-encoding: chunked" in head:
             body, consumed = _dechunk(rest)
             if body is None:

@@ -46,8 +46,11 @@ async def _one(session: aiohttp.ClientSession, stack: Stack, i: int, seen: Obser
     model = list(ALIASES)[i % 2]
     stream = i % 4 >= 2
     body = {"model": model, "stream": stream, "messages": [{"role": "user", "content": f"#{i}"}]}
-    async with session.post(stack.v1_url + "/chat/completions", json=body,
-                            headers={"Authorization": f"Bearer {stack.token}"}) as resp:
+    async with session.post(
+        stack.v1_url + "/chat/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {stack.token}"},
+    ) as resp:
         text = await resp.text()
         seen.statuses.append(resp.status)
         whole = text.rstrip().endswith("data: [DONE]") if stream else '"choices"' in text
@@ -69,8 +72,9 @@ async def _watch(session: aiohttp.ClientSession, stack: Stack, seen: Observed) -
 async def _load(stack: Stack, count: int) -> Observed:
     seen = Observed()
     timeout = aiohttp.ClientTimeout(total=60)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                     timeout=timeout) as session:
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), timeout=timeout
+    ) as session:
         watcher = asyncio.create_task(_watch(session, stack, seen))
         try:
             await asyncio.gather(*(_one(session, stack, i, seen) for i in range(count)))
@@ -84,10 +88,12 @@ def run(count: int, stall_s: float, directory: Path) -> list[tuple[bool, str]]:
     """Start the stack, run the load, return (passed, description) per check."""
     stack = Stack(
         directory,
-        providers=[{"id": PROVIDER, "profile": "openai", "base_url": "{up:main}/v1",
-                    "capacity": 1}],
-        models=[{"id": alias, "providers": {PROVIDER: served}}
-                for alias, served in ALIASES.items()],
+        providers=[
+            {"id": PROVIDER, "profile": "openai", "base_url": "{up:main}/v1", "capacity": 1}
+        ],
+        models=[
+            {"id": alias, "providers": {PROVIDER: served}} for alias, served in ALIASES.items()
+        ],
         pool={"max_queue": count, "queue_timeout_ms": 60000},
         log_level="WARNING",
     )
@@ -100,17 +106,23 @@ def run(count: int, stall_s: float, directory: Path) -> list[tuple[bool, str]]:
         served = sorted({(r.json or {}).get("model") for r in upstream.requests})
         ok = seen.statuses.count(200)
         checks = [
-            (ok == count and not seen.incomplete,
-             f"{ok}/{count} requests completed whole across {', '.join(ALIASES)}"
-             f" ({seen.incomplete} cut short)"),
+            (
+                ok == count and not seen.incomplete,
+                f"{ok}/{count} requests completed whole across {', '.join(ALIASES)}"
+                f" ({seen.incomplete} cut short)",
+            ),
             (served == sorted(ALIASES.values()), f"upstream saw served models {served}"),
             (upstream.peak == 1, f"upstream peak concurrency {upstream.peak} (capacity 1)"),
             (seen.peak_in_flight == 1, f"pool in_flight peak {seen.peak_in_flight}"),
             (seen.peak_queue >= 1, f"queue depth peak {seen.peak_queue} (requests did wait)"),
-            (after["queue_depth"] == 0 and all(
-                p["in_flight"] == p["long_in_flight"] == p["queued"] == 0
-                for p in after["providers"]),
-             "afterwards every counter is 0 and the queue is empty"),
+            (
+                after["queue_depth"] == 0
+                and all(
+                    p["in_flight"] == p["long_in_flight"] == p["queued"] == 0
+                    for p in after["providers"]
+                ),
+                "afterwards every counter is 0 and the queue is empty",
+            ),
         ]
         if not all(passed for passed, _ in checks):
             print(stack.logs()[-4000:], file=sys.stderr)
@@ -118,11 +130,16 @@ def run(count: int, stall_s: float, directory: Path) -> list[tuple[bool, str]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--requests", type=int, default=12, help="concurrent requests (>= 2)")
-    parser.add_argument("--stall", type=float, default=0.05,
-                        help="seconds the upstream waits before answering each request")
+    parser.add_argument(
+        "--stall",
+        type=float,
+        default=0.05,
+        help="seconds the upstream waits before answering each request",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="iop-smoke-") as directory:
         checks = run(max(2, args.requests), args.stall, Path(directory))

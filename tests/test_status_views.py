@@ -200,3 +200,28 @@ def test_status_feed_follows_the_pool_between_polls(live, staff_client) -> None:
     assert states["p-busy"] == "idle"
     assert states["p-full"] == "saturated"
     assert body["queue_depth"] == 0
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_views_take_the_snapshot_on_the_event_loop_that_owns_the_pool(async_client) -> None:
+    """Under ASGI the sync views run in a worker thread; the pool is only read on its loop."""
+    from asgiref.sync import sync_to_async
+
+    runtime = EdgeRuntime(load_snapshot(DOC))
+    real_snapshot = runtime.pool.snapshot
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    def recording_snapshot() -> Any:
+        loops.append(asyncio.get_running_loop())  # raises when called off any loop
+        return real_snapshot()
+
+    runtime.pool.snapshot = recording_snapshot  # type: ignore[method-assign]
+    user = await sync_to_async(User.objects.create_user)("ops", password="x" * 12, is_staff=True)
+    await async_client.aforce_login(user)
+    attach_runtime(runtime)
+    try:
+        for url in ("/api/pool/", "/admin/pool/", "/admin/pool/status.json"):
+            assert (await async_client.get(url)).status_code == 200
+    finally:
+        attach_runtime(None)
+    assert loops == [asyncio.get_running_loop()] * 3
