@@ -58,6 +58,8 @@ def build_application(runtime: EdgeRuntime | None) -> ASGIApp:
     if runtime is None:
         return django_application  # type: ignore[no-any-return]
 
+    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+
     from nodes.consumer import NodeConsumer
     from pool.adminapp import AdminApp
     from pool.http.app import OpenAIApp
@@ -66,6 +68,7 @@ def build_application(runtime: EdgeRuntime | None) -> ASGIApp:
     node_ws = NodeConsumer.as_asgi(hub=runtime.hub)
     openai_app = OpenAIApp(runtime)
     admin_app = AdminApp(runtime)
+    site = ASGIStaticFilesHandler(django_application)  # the admin's CSS and JS, from the apps
     roles = {
         snapshot.edge_listen.port: "edge",
         snapshot.admin_listen.port: "admin",
@@ -84,7 +87,7 @@ def build_application(runtime: EdgeRuntime | None) -> ASGIApp:
             if path.startswith("/v1/") or path == "/metrics":
                 await openai_app(scope, receive, send)
             else:
-                await django_application(scope, receive, send)
+                await site(scope, receive, send)
         elif role == "edge" and kind == "websocket" and path == "/ws/node":
             await node_ws(scope, receive, send)
         elif role == "admin" and kind == "http":

@@ -17,10 +17,34 @@ def endpoint(listen: HostPort, backlog: int = 1024) -> str:
     return f"tcp:port={listen.port}:interface={host}:backlog={backlog}"
 
 
+def _tune_daphne() -> None:
+    """Two Twisted costs daphne never needs, measured at ~20% of Edge CPU per request
+    (docs/performance.md): parsing every POST's Content-Type with the stdlib ``email``
+    package to fill ``request.args`` (daphne reads the body itself), and formatting an
+    access-log line per request even with ``action_logger=None``."""
+    from daphne import http_protocol
+
+    base = http_protocol.WebRequest
+    if getattr(base, "iop_tuned", False):
+        return
+
+    class WebRequest(base):  # type: ignore[misc, valid-type]
+        iop_tuned = True
+
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)
+            self._parsePOSTFormSubmission = False
+
+    http_protocol.WebRequest = WebRequest  # looked up by HTTPFactory.buildProtocol
+    http_protocol.HTTPFactory.log = lambda self, request: None
+
+
 def serve(snapshot: EdgeSnapshot, *, on_ready: Callable[[], None] | None = None) -> None:
     """Run until SIGINT/SIGTERM. daphne.server must be imported before the reactor."""
     import daphne.server  # noqa: F401  (installs the asyncio reactor first)
     from daphne.server import Server
+
+    _tune_daphne()
 
     from iop_site.asgi import build_application
     from pool.apps import attach_runtime

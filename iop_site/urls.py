@@ -5,8 +5,8 @@ from pool import status
 
 urlpatterns = [
     path("api/pool/", status.PoolSnapshotView.as_view(), name="api-pool"),
-    path("admin/pool/", status.status_page, name="pool-status"),
-    path("admin/pool/status.json", status.status_json, name="pool-status-json"),
+    path("admin/pool-status/", status.status_page, name="pool-status"),
+    path("admin/pool-status/status.json", status.status_json, name="pool-status-json"),
     path("admin/", admin.site.urls),
     path("api/", include("refresh.urls")),
 ]

@@ -121,7 +121,7 @@ def main() -> int:
         f"    -H 'Authorization: Bearer {tokens['client']}' \\\n"
         "    -H 'Content-Type: application/json' \\\n"
         '    -d \'{"model": "echo", "messages": [{"role": "user", "content": "hello"}]}\'\n'
-        "Admin: http://127.0.0.1:8080/admin/   Pool status: http://127.0.0.1:8080/admin/pool/\n"
+        "Admin: http://127.0.0.1:8080/admin/   Pool status: http://127.0.0.1:8080/admin/pool-status/\n"
         "Stop with Ctrl-C."
     )
 

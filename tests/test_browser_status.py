@@ -118,12 +118,12 @@ def _slow_request(stack: Stack) -> http.client.HTTPConnection:
 def test_status_page_shows_in_flight_change_live_while_a_slow_request_runs(
     stack: Stack, page: Page
 ) -> None:
-    page.goto(stack.openai_url + "/admin/pool/")
+    page.goto(stack.openai_url + "/admin/pool-status/")
     assert "/admin/login/" in page.url  # staff only: the login comes first
     page.fill("#id_username", "staff")
     page.fill("#id_password", PASSWORD)
     page.click("input[type=submit]")
-    page.wait_for_url("**/admin/pool/")
+    page.wait_for_url("**/admin/pool-status/")
 
     row = page.locator(ROW)
     assert row.get_attribute("data-state") == "idle"

@@ -155,7 +155,7 @@ def test_api_pool_refuses_anonymous_and_non_staff(live, plain_client) -> None:
     assert plain_client.get("/api/pool/").status_code == 403
 
 
-@pytest.mark.parametrize("url", ["/admin/pool/", "/admin/pool/status.json"])
+@pytest.mark.parametrize("url", ["/admin/pool-status/", "/admin/pool-status/status.json"])
 def test_status_page_and_feed_send_anonymous_and_non_staff_to_the_login(
     live, plain_client, url: str
 ) -> None:
@@ -166,18 +166,18 @@ def test_status_page_and_feed_send_anonymous_and_non_staff_to_the_login(
 
 
 def test_status_page_renders_every_provider_with_its_state(live, staff_client) -> None:
-    response = staff_client.get("/admin/pool/")
+    response = staff_client.get("/admin/pool-status/")
     assert response.status_code == 200
     html = response.content.decode()
     assert _row_states(html) == EXPECTED_STATES
     assert re.search(r'id="queue-depth">1<', html)
     assert re.search(r'id="oldest-wait">2.5 s<', html)
-    assert 'data-url="/admin/pool/status.json"' in html
+    assert 'data-url="/admin/pool-status/status.json"' in html
 
 
 def test_status_feed_reports_state_per_provider_and_the_queue(live, staff_client) -> None:
     pool, _ = live
-    response = staff_client.get("/admin/pool/status.json")
+    response = staff_client.get("/admin/pool-status/status.json")
     assert response.status_code == 200
     assert "no-cache" in response["Cache-Control"]
     body = response.json()
@@ -195,7 +195,7 @@ def test_status_feed_follows_the_pool_between_polls(live, staff_client) -> None:
     pool, leases = live
     pool.call(lambda: pool.runtime.pool.release(leases[0]))  # p-busy back to idle
     pool.call(lambda: pool.runtime.pool.release(leases[1]))  # the waiter takes p-full's slot
-    body = staff_client.get("/admin/pool/status.json").json()
+    body = staff_client.get("/admin/pool-status/status.json").json()
     states = {row["provider_id"]: row["state"] for row in body["providers"]}
     assert states["p-busy"] == "idle"
     assert states["p-full"] == "saturated"
@@ -220,8 +220,19 @@ async def test_views_take_the_snapshot_on_the_event_loop_that_owns_the_pool(asyn
     await async_client.aforce_login(user)
     attach_runtime(runtime)
     try:
-        for url in ("/api/pool/", "/admin/pool/", "/admin/pool/status.json"):
+        for url in ("/api/pool/", "/admin/pool-status/", "/admin/pool-status/status.json"):
             assert (await async_client.get(url)).status_code == 200
     finally:
         attach_runtime(None)
     assert loops == [asyncio.get_running_loop()] * 3
+
+
+def test_the_admin_index_links_the_status_page_and_keeps_the_pool_app_index(
+    live, staff_client
+) -> None:
+    index = staff_client.get("/admin/").content.decode()
+    assert 'href="/admin/pool-status/"' in index
+    staff = User.objects.get(username="ops")
+    staff.is_superuser = True
+    staff.save()
+    assert staff_client.get("/admin/pool/").status_code == 200  # the usage rows' app index

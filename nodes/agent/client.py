@@ -192,7 +192,7 @@ class NodeClient:
 
     async def _serve(self, ws: ClientConnection) -> None:
         async def send(message: wire.NodeToEdge) -> None:
-            await ws.send(wire.encode(message), text=True)
+            await ws.send(wire.encode(message))  # binary: no UTF-8 check per frame
 
         await send(wire.Register(node_id=self.config.node_id, agent_version=__version__))
         async with asyncio.timeout(self.open_timeout_s):
