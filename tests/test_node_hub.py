@@ -145,6 +145,19 @@ async def test_pending_connection_is_not_a_candidate_until_ready(runtime):
     assert not online(runtime, "cli-a")
 
 
+async def test_provider_health_is_the_snapshot_no_probe_is_made(runtime):
+    """R-NODE-6: a ready Node's enabled providers are candidates with no active probe, even
+    when their upstream (here 127.0.0.1:9001, nothing listening) would not answer."""
+    comm = communicator(runtime)
+    await make_ready(comm)
+    await settle(comm)
+    assert online(runtime, "compat-a")
+    lease = await runtime.pool.acquire("chat-model", frozenset({"chat"}))
+    assert lease.provider_id == "compat-a"
+    runtime.pool.release(lease)
+    await comm.disconnect()
+
+
 async def test_ready_makes_a_queued_waiter_dispatchable(runtime):
     """R-POOL-5 / R-NODE-1: the ready transition re-evaluates stranded waiters."""
     comm = communicator(runtime)

@@ -144,6 +144,7 @@ async def test_long_request_waits_for_a_normal_slot_too_r_pool_7() -> None:
 
 
 async def test_selection_prefers_lowest_in_flight_over_priority_r_pool_3() -> None:
+    """R-POOL-3: lowest in-flight first, before priority."""
     pool = ready_pool(prov("busy", cap=4, prio=0), prov("idle", cap=4, prio=90))
     first = await pool.acquire("m")
     second = await pool.acquire("m")
@@ -151,6 +152,7 @@ async def test_selection_prefers_lowest_in_flight_over_priority_r_pool_3() -> No
 
 
 async def test_selection_breaks_in_flight_ties_by_lowest_priority_value_r_pool_3() -> None:
+    """R-POOL-3: an in-flight tie goes to the lowest priority value."""
     pool = ready_pool(prov("late", cap=4, prio=20), prov("early", cap=4, prio=10))
     for _ in range(3):
         lease = await pool.acquire("m")
@@ -159,6 +161,7 @@ async def test_selection_breaks_in_flight_ties_by_lowest_priority_value_r_pool_3
 
 
 async def test_selection_rotates_among_full_ties_r_pool_3() -> None:
+    """R-POOL-3: a full tie is broken round-robin, never always the first."""
     pool = ready_pool(prov("a", cap=4), prov("b", cap=4), prov("c", cap=4))
     picked = []
     for _ in range(6):
