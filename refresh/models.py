@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 
 class ConfigRevision(models.Model):
@@ -64,6 +65,16 @@ class ConfigRevision(models.Model):
                 name="refresh_one_active_revision",
             )
         ]
+
+    def mark_active(self, replacing: ConfigRevision | None, by: str) -> None:
+        """Take over from the active revision (saved); the caller saves this one."""
+        if replacing is not None:
+            replacing.is_active = False
+            replacing.save(update_fields=["is_active"])
+        self.state = self.State.APPLIED
+        self.is_active = True
+        self.applied_at = timezone.now()
+        self.applied_by = by
 
     def __str__(self) -> str:
         active = ", active" if self.is_active else ""

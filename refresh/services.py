@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import async_to_sync
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
-from django.utils import timezone
 
 from catalog.config import EdgeSnapshot
 from refresh.candidate import (
@@ -239,13 +238,7 @@ def _apply_locked(
             )
             return _refuse(revision, refused, RESTART_REQUIRED)
         # Rows first, swap last: if the swap fails, the transaction rolls the rows back.
-        if active is not None:
-            active.is_active = False
-            active.save(update_fields=["is_active"])
-        revision.state = ConfigRevision.State.APPLIED
-        revision.is_active = True
-        revision.applied_at = timezone.now()
-        revision.applied_by = actor
+        revision.mark_active(active, actor)
         _save(revision, report, "is_active", "applied_at", "applied_by")
         # The catalog shows what runs: an applied document replaces it (docs/refresh.md).
         _sync_catalog(snapshot)

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from catalog.config import ConfigError, EdgeSnapshot, load_file, load_snapshot
 from refresh.models import ConfigRevision
@@ -95,13 +94,7 @@ def _promote(
     report = diff_report(
         active.document if active else None, snapshot.document, mode="startup", outcome="applied"
     )
-    if active is not None:
-        active.is_active = False
-        active.save(update_fields=["is_active"])
-    revision.state = ConfigRevision.State.APPLIED
-    revision.is_active = True
-    revision.applied_at = timezone.now()
-    revision.applied_by = label
+    revision.mark_active(active, label)
     revision.report = report.but(
         applied=True, revision=revision.pk, parent=revision.parent_id, active=revision.pk
     ).as_dict()

@@ -16,7 +16,7 @@ import aiohttp
 import msgspec
 
 from nodes.agent.adapters.base import AdapterError
-from nodes.agent.secrets import redact
+from nodes.agent.secrets import redact, resolve_secret
 from nodes.wire import ProviderPayload
 
 MAX_ERROR_BODY = 64 * 1024
@@ -36,6 +36,17 @@ def auth_headers(provider: ProviderPayload, credential: str | None) -> dict[str,
         scheme = provider.auth.scheme
         return {provider.auth.header: f"{scheme} {credential}" if scheme else credential}
     raise ValueError(f"provider {provider.id}: unknown auth type {provider.auth.type!r}")
+
+
+def provider_headers(provider: ProviderPayload) -> tuple[dict[str, str], tuple[str, ...]]:
+    """The headers every upstream request of a provider carries, and the secret in them
+    (resolved on this machine; kept to redact it from any message)."""
+    credential = None
+    if provider.credential is not None and provider.auth.type != "none":
+        credential = resolve_secret(provider.credential, what=f"provider {provider.id}")
+    headers = merge_headers({"Content-Type": "application/json"}, provider.headers)
+    headers = merge_headers(headers, auth_headers(provider, credential))
+    return headers, ((credential,) if credential else ())
 
 
 def merge_headers(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:

@@ -12,9 +12,8 @@ import json
 from typing import Any
 
 from nodes.agent.adapters.base import AdapterError, Emit, RunSpec, parse_json_body, send
-from nodes.agent.adapters.http import HttpClient, Upstream, auth_headers, merge_headers
+from nodes.agent.adapters.http import HttpClient, Upstream, provider_headers
 from nodes.agent.adapters.sse import DONE, ChatChunks, chat_completion
-from nodes.agent.secrets import resolve_secret
 from nodes.wire import ProviderPayload, Usage
 
 _CHAT_OPERATIONS = ("chat", "chat_completions")
@@ -161,12 +160,7 @@ class OllamaAdapter:
     def __init__(self, provider: ProviderPayload, http: HttpClient) -> None:
         self.provider = provider
         self._http = http
-        credential = None
-        if provider.credential is not None and provider.auth.type != "none":
-            credential = resolve_secret(provider.credential, what=f"provider {provider.id}")
-        self._secrets = (credential,) if credential else ()
-        headers = merge_headers({"Content-Type": "application/json"}, provider.headers)
-        self._headers = merge_headers(headers, auth_headers(provider, credential))
+        self._headers, self._secrets = provider_headers(provider)
 
     def _url(self, operation: str) -> str:
         if operation in _CHAT_OPERATIONS:

@@ -8,9 +8,8 @@ import codecs
 import msgspec
 
 from nodes.agent.adapters.base import AdapterError, Emit, RunSpec, map_model, send, usage_from
-from nodes.agent.adapters.http import HttpClient, Upstream, auth_headers, merge_headers
+from nodes.agent.adapters.http import HttpClient, Upstream, merge_headers, provider_headers
 from nodes.agent.adapters.sse import UsageScanner
-from nodes.agent.secrets import resolve_secret
 from nodes.wire import ProviderPayload, Usage
 
 _GET_OPERATIONS = {"models"}
@@ -23,13 +22,7 @@ class OpenAICompatAdapter:
     def __init__(self, provider: ProviderPayload, http: HttpClient) -> None:
         self.provider = provider
         self._http = http
-        credential = None
-        if provider.credential is not None and provider.auth.type != "none":
-            credential = resolve_secret(provider.credential, what=f"provider {provider.id}")
-        self._secrets = (credential,) if credential else ()
-        headers = {"Content-Type": "application/json"}
-        headers = merge_headers(headers, provider.headers)
-        self._headers = merge_headers(headers, auth_headers(provider, credential))
+        self._headers, self._secrets = provider_headers(provider)
 
     async def run(self, request: RunSpec, emit: Emit) -> Usage | None:
         url = self.provider.operations.get(request.operation)
