@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from catalog.config import EdgeSnapshot, HostPort
 from nodes import wire
+
+if TYPE_CHECKING:
+    from pool.runtime import EdgeRuntime
 
 log = logging.getLogger("iop.edge")
 
@@ -67,4 +71,18 @@ def serve(snapshot: EdgeSnapshot, *, on_ready: Callable[[], None] | None = None)
         ready_callable=on_ready,
         verbosity=0,
     )
+    _close_on_shutdown(runtime)
     server.run()
+
+
+def _close_on_shutdown(runtime: EdgeRuntime) -> None:
+    """On SIGTERM/SIGINT, before the reactor stops: close Node sessions and write the last
+    usage rows (Twisted waits for the returned Deferred)."""
+    import asyncio
+
+    from twisted.internet import defer, reactor
+
+    def close() -> defer.Deferred[None]:
+        return defer.Deferred.fromFuture(asyncio.ensure_future(runtime.aclose()))
+
+    reactor.addSystemEventTrigger("before", "shutdown", close)  # type: ignore[attr-defined]
