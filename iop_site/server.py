@@ -50,11 +50,17 @@ def serve(snapshot: EdgeSnapshot, *, on_ready: Callable[[], None] | None = None)
 
     _tune_daphne()
 
+    from django.conf import settings
+
     from iop_site.asgi import build_application
     from pool.apps import attach_runtime
     from pool.runtime import EdgeRuntime
 
-    runtime = EdgeRuntime(snapshot)
+    runtime = EdgeRuntime(
+        snapshot,
+        heartbeat_interval_s=settings.IOP_NODE_HEARTBEAT_INTERVAL_S,
+        heartbeat_timeout_s=settings.IOP_NODE_HEARTBEAT_TIMEOUT_S,
+    )
     attach_runtime(runtime)
     listeners = [snapshot.edge_listen, snapshot.admin_listen]
     if snapshot.openai_enabled:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from iop_site.env import database_from_url, env_bool, env_list, env_secret
+from iop_site.env import database_from_url, env_bool, env_float, env_list, env_secret
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("IOP_VAR_DIR", BASE_DIR / "var"))
@@ -102,6 +102,10 @@ SPECTACULAR_SETTINGS = {"TITLE": "IOP Edge API", "VERSION": "0.1.0", "SERVE_INCL
 
 # Where the Edge reads its config when no revision is active yet (runedge --config overrides).
 IOP_CONFIG_FILE = os.environ.get("IOP_CONFIG_FILE", str(BASE_DIR / "configs" / "edge.yaml"))
+
+# Edge -> Node heartbeats: a ping every interval; a Node silent for the timeout is gone.
+IOP_NODE_HEARTBEAT_INTERVAL_S = env_float("IOP_NODE_HEARTBEAT_INTERVAL_S", 15.0, minimum=0.05)
+IOP_NODE_HEARTBEAT_TIMEOUT_S = env_float("IOP_NODE_HEARTBEAT_TIMEOUT_S", 45.0, minimum=0.1)
 
 LOGGING = {
     "version": 1,
