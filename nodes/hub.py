@@ -155,6 +155,10 @@ class NodeHub:
         elif isinstance(message, wire.Ping):
             await session.transport.send(wire.encode(wire.Pong(ts=message.ts)))
         elif isinstance(message, wire.ConfigRefreshAck) and not message.ok:
+            # The Node kept a payload it could not fully build: the next apply pushes again,
+            # even an unchanged one, so fixing the Node's environment and re-applying works.
+            if message.revision == session.revision:
+                session.revision = f"refused:{message.revision}"
             log.warning(
                 "node %s refused refresh %s: %s",
                 session.node_id,
@@ -283,7 +287,7 @@ class NodeHub:
                     )
                     await self.disconnect(session)
                     self._spawn(session.transport.close(wire.CLOSE_HEARTBEAT_TIMEOUT))
-                else:
+                elif session.revision:  # a pending session's first frame is register_response
                     self._spawn(session.transport.send(wire.encode(wire.Ping(ts=now))))
 
     def _spawn(self, coro: Awaitable[None]) -> None:

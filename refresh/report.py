@@ -150,6 +150,30 @@ def _mapped(doc: Mapping[str, Any], model_id: str | None = None) -> set[str]:
     return out
 
 
+def _profile_users(doc: Mapping[str, Any], names: set[str] | None) -> set[str]:
+    """Providers whose profile is one of ``names`` (all custom profiles when None), directly
+    or through a custom profile's ``base`` chain."""
+    profiles = doc.get("protocol_profiles")
+    profiles = profiles if isinstance(profiles, Mapping) else {}
+    wanted = set(profiles) if names is None else set(names)
+
+    def uses(name: Any, seen: frozenset[str] = frozenset()) -> bool:
+        if not isinstance(name, str) or name in seen:
+            return False
+        if name in wanted:
+            return True
+        overlay = profiles.get(name)
+        return isinstance(overlay, Mapping) and uses(overlay.get("base"), seen | {name})
+
+    return {
+        provider["id"]
+        for node in doc.get("nodes") or ()
+        if isinstance(node, Mapping)
+        for provider in node.get("providers") or ()
+        if isinstance(provider, Mapping) and "id" in provider and uses(provider.get("profile"))
+    }
+
+
 def _hosts(doc: Mapping[str, Any]) -> dict[str, str]:
     return {
         provider: node["id"]
@@ -196,6 +220,9 @@ def _affected(
                 providers |= {p for d in docs for p in _node_providers(d, entry)}
             elif child is not None and path[2] == "providers":
                 providers.add(child)
+        elif head == "protocol_profiles":  # a profile edit changes every provider using it
+            names = {entry} if entry is not None else None
+            providers |= {p for d in docs for p in _profile_users(d, names)}
     for doc in docs:
         hosts = _hosts(doc)
         nodes |= {hosts[p] for p in providers if p in hosts}

@@ -358,3 +358,22 @@ async def test_a_silent_node_is_declared_gone_after_the_heartbeat_timeout():
     assert message["code"] == wire.CLOSE_HEARTBEAT_TIMEOUT
     assert not online(runtime, "cli-a")
     await runtime.aclose()
+
+
+async def test_a_refused_refresh_is_pushed_again_by_the_next_apply(runtime):
+    """R-NODE-4: a Node that acked a refresh with ok=false gets the payload again."""
+    comm = communicator(runtime)
+    await make_ready(comm)
+    await settle(comm)
+    doc = two_node_document()
+    doc["models"][0]["providers"]["compat-a"] = "served-chat-v2"
+    await runtime.apply(load_snapshot(doc))
+    refresh = await receive(comm)
+    assert isinstance(refresh, wire.ConfigRefresh)
+    ack = wire.ConfigRefreshAck(revision=refresh.payload.revision, ok=False, error="env X unset")
+    await comm.send_to(bytes_data=wire.encode(ack))
+    await settle(comm)
+    again = await runtime.apply(load_snapshot(doc))  # the same document
+    assert again.pushed_nodes == ("node-a",)
+    assert isinstance(await receive(comm), wire.ConfigRefresh)
+    await comm.disconnect()

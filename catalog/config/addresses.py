@@ -63,7 +63,7 @@ def url_problem(url: str) -> str | None:
         return "must be an http:// or https:// URL with a valid port"
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "must be an http:// or https:// URL with a host"
-    if parts.query or parts.fragment:
+    if "?" in url or "#" in url:  # a bare "?" or "#" too: it would break every joined path
         return "must not have a query or fragment"
     return None
 
@@ -78,4 +78,8 @@ def has_userinfo(url: str) -> bool:
 
 def is_absolute_url(value: str) -> bool:
     """True for an absolute http(s) URL (an operation given in full, R-PROF-6)."""
-    return value.startswith(("http://", "https://"))
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return False
+    return parts.scheme.lower() in ("http", "https") and bool(parts.netloc)

@@ -197,6 +197,10 @@ class NodeClient:
         await send(wire.Register(node_id=self.config.node_id, agent_version=__version__))
         async with asyncio.timeout(self.open_timeout_s):
             first = wire.decode_from_edge(await ws.recv())
+            while isinstance(first, wire.Ping | wire.Pong):  # a heartbeat may come first
+                if isinstance(first, wire.Ping):
+                    await send(wire.Pong(ts=first.ts))
+                first = wire.decode_from_edge(await ws.recv())
         if isinstance(first, wire.ErrorMessage):
             log.error("the Edge refused registration: %s: %s", first.code, first.message)
             return

@@ -13,6 +13,7 @@ from catalog.config.rules.catalog import (
     check_unique_ids,
 )
 from catalog.config.rules.context import Context, Rule
+from catalog.config.rules.listeners import check_listener_ports
 from catalog.config.rules.providers import (
     check_adapter_fields,
     check_static_headers,
@@ -36,6 +37,7 @@ RULES: tuple[Rule, ...] = (
     check_control_plane,
     check_credential_plane,
     check_stream_evidence_gate,
+    check_listener_ports,
 )
 
 __all__ = ["RULES", "Context", "Rule"]

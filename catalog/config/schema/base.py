@@ -84,16 +84,17 @@ def _json_value(value: Any) -> Any:
 
 
 NonEmpty = Annotated[str, Field(min_length=1)]
+# Length bounds match the catalog's columns, so whatever loads can also be stored.
 Identifier = Annotated[
     str,
-    Field(min_length=1, max_length=128),
+    Field(min_length=1, max_length=100),
     matching(r"[A-Za-z0-9][A-Za-z0-9._-]*", "must be letters, digits, '.', '_' or '-'"),
 ]
 Label = Annotated[
-    str, Field(min_length=1, max_length=256), matching(r"[^\x00-\x1f\x7f]+", "must be printable")
+    str, Field(min_length=1, max_length=200), matching(r"[^\x00-\x1f\x7f]+", "must be printable")
 ]
 ModelId = Annotated[
-    str, Field(min_length=1, max_length=256), matching(r"\S+", "must not contain whitespace")
+    str, Field(min_length=1, max_length=200), matching(r"\S+", "must not contain whitespace")
 ]
 Sha256Hex = Annotated[
     str, matching(r"[0-9a-f]{64}", "must be 64 lowercase hex characters (a sha256 digest)")
@@ -106,7 +107,7 @@ EnvName = Annotated[
 ]
 Listen = Annotated[str, After(_listen)]
 LoopbackListen = Annotated[str, After(_loopback_listen)]
-HttpUrl = Annotated[str, After(_http_url)]
+HttpUrl = Annotated[str, Field(max_length=500), After(_http_url)]
 FileRef = Annotated[str, Field(min_length=1), After(_file_ref)]
 JsonObject = Annotated[dict[str, Any], After(_json_value)]
 

@@ -35,7 +35,10 @@ class OpenAICompatAdapter:
         body = None if method == "GET" else map_model(request.body, self.provider.model_mapping)
         # R-AUTH-2: a forwarded caller credential replaces the configured one.
         headers = merge_headers(self._headers, request.forward_headers)
-        secrets = self._secrets + tuple(request.forward_headers.values())
+        forwarded = tuple(request.forward_headers.values())
+        # An upstream may echo the bare key of a forwarded "Bearer <key>": redact both forms.
+        bare = tuple(value.split(" ", 1)[1] for value in forwarded if " " in value)
+        secrets = self._secrets + forwarded + bare
         async with Upstream(
             self._http,
             method,

@@ -1,0 +1,133 @@
+"""Edge <-> Node data path edge cases: a heartbeat before register_response, and a forwarded
+caller credential echoed back by the upstream (R-NODE-1, R-AUTH-2)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+import pytest
+
+from catalog.config import load_snapshot
+from nodes import wire
+from nodes.agent.adapters.base import AdapterError, RunSpec
+from nodes.agent.adapters.http import HttpClient
+from nodes.agent.adapters.openai_compat import OpenAICompatAdapter
+from nodes.hub import NodeHub
+from pool.engine import ProviderPool
+from pool.policy import policy_from_snapshot
+from tests.fakes import FakeOpenAI
+from tests.fakes.edge import FakeEdge
+from tests.fakes.harness import running_node
+from tests.fakes.payloads import chat_body, node_payload, openai_provider
+from tests.test_http_app import document
+
+WAIT = 5.0
+
+
+class Frames:
+    """A hub transport that keeps every frame and signals each one."""
+
+    def __init__(self) -> None:
+        self.sent: list[wire.EdgeToNode] = []
+        self.changed = asyncio.Event()
+
+    async def send(self, frame: bytes) -> None:
+        self.sent.append(wire.decode_from_edge(frame))
+        self.changed.set()
+
+    async def close(self, code: int) -> None:
+        pass
+
+    async def first(self) -> wire.EdgeToNode:
+        async with asyncio.timeout(WAIT):
+            while not self.sent:
+                self.changed.clear()
+                await self.changed.wait()
+        return self.sent[0]
+
+
+async def test_the_first_frame_to_a_new_node_is_register_response_R_NODE_1() -> None:
+    doc = document()
+    doc["nodes"].append(
+        {
+            **doc["nodes"][0],
+            "id": "n2",
+            "providers": [{"id": "p2", "profile": "ollama", "base_url": "http://127.0.0.1:9"}],
+        }
+    )
+    snapshot = load_snapshot(doc)
+    pool = ProviderPool(policy_from_snapshot(snapshot))
+    hub = NodeHub(lambda: snapshot, pool, heartbeat_interval_s=0.01)
+    try:
+        ready, pending = Frames(), Frames()
+        session = await hub.connect("n1", ready)
+        await hub.receive(session, wire.encode(wire.Register(node_id="n1")))
+        response = await ready.first()
+        assert isinstance(response, wire.RegisterResponse)
+        generation, revision = response.generation, response.payload.revision
+        await hub.receive(
+            session, wire.encode(wire.Ready(generation=generation, revision=revision))
+        )
+        newcomer = await hub.connect("n2", pending)
+        # A heartbeat tick passes while the newcomer's register is still on its way.
+        async with asyncio.timeout(WAIT):
+            while not any(isinstance(f, wire.Ping) for f in ready.sent):
+                ready.changed.clear()
+                await ready.changed.wait()
+        await hub.receive(newcomer, wire.encode(wire.Register(node_id="n2")))
+        first = await pending.first()
+        assert isinstance(first, wire.RegisterResponse), type(first).__name__
+    finally:
+        await hub.aclose()
+
+
+class PingBeforeRegisterResponse(FakeEdge):
+    """An Edge whose heartbeat tick lands between accept and register_response."""
+
+    async def _handle(self, ws: Any) -> None:
+        real_send = ws.send
+        pinged = False
+
+        async def send(data: Any, *args: Any, **kw: Any) -> None:
+            nonlocal pinged
+            if not pinged:
+                pinged = True
+                await real_send(wire.encode(wire.Ping(ts=1.0)), text=True)
+            await real_send(data, *args, **kw)
+
+        ws.send = send
+        await super()._handle(ws)
+
+
+async def test_a_node_registers_when_a_ping_arrives_before_register_response(tmp_path) -> None:
+    async with FakeOpenAI() as upstream:
+        payload = node_payload(openai_provider(upstream.url, pid="p1"))
+        async with PingBeforeRegisterResponse(payload) as edge, running_node(edge, tmp_path):
+            conn = await edge.next_connection(within=2.0)
+            kinds = [type(message) for message in conn.received]
+            assert kinds[:3] == [wire.Register, wire.Pong, wire.Ready]
+
+
+async def test_an_echoed_forwarded_credential_is_redacted_from_the_error_R_AUTH_2() -> None:
+    raw = "sk-caller-forwarded-0123456789"
+    async with FakeOpenAI() as upstream:
+        upstream.faults.status = 401
+        upstream.faults.error_message = f"Incorrect API key provided: {raw}"
+        http = HttpClient()
+        try:
+            adapter = OpenAICompatAdapter(openai_provider(upstream.url), http)
+            spec = RunSpec(
+                run_id="r1",
+                operation="chat_completions",
+                stream=False,
+                body=msgspec.json.encode(chat_body()),
+                forward_headers={"Authorization": f"Bearer {raw}"},  # as the Edge forwards it
+            )
+            with pytest.raises(AdapterError) as err:
+                await adapter.run(spec, lambda text: None)
+        finally:
+            await http.aclose()
+    assert upstream.requests[0].headers["authorization"] == f"Bearer {raw}"
+    assert raw not in err.value.message
