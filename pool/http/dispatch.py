@@ -57,9 +57,9 @@ async def dispatch(
                 "no_available_provider", "the provider's node is not connected"
             ) from None
         if request.stream:
-            await relay_stream(channel, ex)
+            await relay_stream(channel, ex, silence_s=target.silence_s)
         else:
-            await relay_whole(channel, ex)
+            await relay_whole(channel, ex, silence_s=target.silence_s)
     finally:
         if channel is not None:
             runtime.hub.close_run(channel)

@@ -136,6 +136,7 @@ class Target:
     model: str  # the upstream ``model`` value
     tunnel: bool  # OpenAI-compatible passthrough (TunnelRequest) vs normalized (RunRequest)
     chat_usage_option: bool  # openai_chat driver: streams report usage only when asked
+    silence_s: float = 600.0  # no output from the Node for this long: the run is abandoned
 
 
 def build_targets(snapshot: Any) -> dict[tuple[str, str], Target]:
@@ -157,8 +158,26 @@ def build_targets(snapshot: Any) -> dict[tuple[str, str], Target]:
                 model=profile.map_model(served),
                 tunnel=profile.adapter == "openai_compat",
                 chat_usage_option=profile.driver == "openai_chat",
+                silence_s=silence_limit(spec),
             )
     return targets
+
+
+NODE_SILENCE_GRACE_S = 30.0
+
+
+def silence_limit(spec: Any) -> float:
+    """How long the Edge waits for a run's next output before it gives up on the Node.
+
+    The Node enforces the provider's own first-byte and idle timeouts (or a CLI run's whole
+    timeout) and then ends the run; this is the Edge's backstop for a Node that never sends
+    the terminal event (R-POOL-9), so it is the Node's limit plus a grace.
+    """
+    if spec.profile.adapter == "cli" and spec.run_timeout_ms:
+        limit_ms = spec.run_timeout_ms
+    else:
+        limit_ms = max(spec.first_byte_timeout_ms, spec.idle_timeout_ms)
+    return limit_ms / 1000 + NODE_SILENCE_GRACE_S
 
 
 def upstream_body(request: ParsedRequest, target: Target) -> bytes:

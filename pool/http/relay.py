@@ -95,12 +95,19 @@ class Exchange:
         await self.send({"type": "http.response.body", "body": body, "more_body": more})
 
 
-async def relay_whole(channel: RunChannel, ex: Exchange) -> None:
+MAX_WHOLE_BODY_CHARS = 64 * 1024 * 1024  # a non-stream answer is buffered: bound it
+
+
+async def relay_whole(channel: RunChannel, ex: Exchange, silence_s: float = 600.0) -> None:
     """A non-stream run: the Node's output is the response body, sent once the run ends ok."""
     parts: list[str] = []
+    size = 0
     while True:
-        item = await channel.get()
+        item = await _within(channel, silence_s)
         if isinstance(item, str):
+            size += len(item)
+            if size > MAX_WHOLE_BODY_CHARS:
+                raise HttpError("upstream_error", "the upstream's response is too large")
             parts.append(item)
             continue
         ex.usage = item.usage
@@ -112,7 +119,9 @@ async def relay_whole(channel: RunChannel, ex: Exchange) -> None:
         return
 
 
-async def relay_stream(channel: RunChannel, ex: Exchange, ping_s: float | None = None) -> None:
+async def relay_stream(
+    channel: RunChannel, ex: Exchange, ping_s: float | None = None, silence_s: float = 600.0
+) -> None:
     """Relay a streamed run chunk by chunk; chunks already queued go out in one send.
 
     A failure before any output is a plain error response; after output started it ends
@@ -121,7 +130,7 @@ async def relay_stream(channel: RunChannel, ex: Exchange, ping_s: float | None =
     ex.stream = True
     if ping_s is None:
         ping_s = PING_INTERVAL_S
-    item = await _next(channel, ex, ping_s)
+    item = await _next(channel, ex, ping_s, silence_s)
     while True:
         end: wire.RunEnd | None = None
         if isinstance(item, str):
@@ -138,7 +147,7 @@ async def relay_stream(channel: RunChannel, ex: Exchange, ping_s: float | None =
         if end is None:
             await ex.open_stream()
             await ex.chunk(body, True)
-            item = await _next(channel, ex, ping_s)
+            item = await _next(channel, ex, ping_s, silence_s)
             continue
         ex.usage = end.usage
         if end.ok:
@@ -154,17 +163,43 @@ async def relay_stream(channel: RunChannel, ex: Exchange, ping_s: float | None =
         return
 
 
-async def _next(channel: RunChannel, ex: Exchange, ping_s: float) -> str | wire.RunEnd:
+async def _next(
+    channel: RunChannel, ex: Exchange, ping_s: float, silence_s: float
+) -> str | wire.RunEnd:
     item = channel.get_nowait()
     if item is not None:
         return item
+    deadline = asyncio.get_running_loop().time() + silence_s
     while True:
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            raise _silent(silence_s)
         try:
-            async with asyncio.timeout(ping_s):
+            async with asyncio.timeout(min(ping_s, left)):
                 return await channel.get()
         except TimeoutError:
-            await ex.open_stream()  # a long silence commits the stream so pings can flow
-            await ex.send({"type": "http.response.body", "body": PING, "more_body": True})
+            if ping_s <= left:  # a long silence commits the stream so pings can flow
+                await ex.open_stream()
+                await ex.send({"type": "http.response.body", "body": PING, "more_body": True})
+
+
+async def _within(channel: RunChannel, silence_s: float) -> str | wire.RunEnd:
+    item = channel.get_nowait()
+    if item is not None:
+        return item
+    try:
+        async with asyncio.timeout(silence_s):
+            return await channel.get()
+    except TimeoutError:
+        raise _silent(silence_s) from None
+
+
+def _silent(silence_s: float) -> HttpError:
+    """The Edge's backstop when a Node never ends a run (R-POOL-9): the caller's request ends
+    and ``dispatch`` cancels the run on the Node and releases the lease."""
+    return HttpError(
+        "upstream_timeout", f"no output from the provider's node for {silence_s:.0f} s"
+    )
 
 
 class DisconnectWatch:

@@ -6,14 +6,17 @@ from __future__ import annotations
 from catalog.config.addresses import parse_host_port
 from catalog.config.errors import Issues
 from catalog.config.rules.context import Context
-from catalog.config.schema import AdminDoc, EdgeDoc
+from catalog.config.schema import AdminDoc, EdgeDoc, OpenAIDoc
 
 
 def check_listener_ports(ctx: Context, issues: Issues) -> None:
     edge = ctx.parsed.section("edge", EdgeDoc)
     admin = ctx.parsed.section("admin", AdminDoc)
     openai = ctx.openai
-    listeners = [("edge", edge), ("admin", admin)]
+    listeners: list[tuple[str, EdgeDoc | AdminDoc | OpenAIDoc | None]] = [
+        ("edge", edge),
+        ("admin", admin),
+    ]
     if openai is not None and openai.enabled:
         listeners.append(("openai", openai))
     seen: dict[int, str] = {}
