@@ -31,6 +31,7 @@ test: $(DEV_STAMP)
 	$(PY) manage.py check
 	$(PY) manage.py makemigrations --check --dry-run
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	@if [ -n "$$IOP_TEST_DATABASE_URL" ]; then \
 		echo "database tests on $${IOP_TEST_DATABASE_URL%%@*}@..."; \
 		DATABASE_URL="$$IOP_TEST_DATABASE_URL" $(VENV)/bin/pytest -q $(DB_TESTS); \
