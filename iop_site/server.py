@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from catalog.config import EdgeSnapshot, HostPort
 from nodes import wire
-
-if TYPE_CHECKING:
-    from pool.runtime import EdgeRuntime
 
 log = logging.getLogger("iop.edge")
 
@@ -44,15 +40,15 @@ def _tune_daphne() -> None:
 
 
 def serve(snapshot: EdgeSnapshot, *, on_ready: Callable[[], None] | None = None) -> None:
-    """Run until SIGINT/SIGTERM. daphne.server must be imported before the reactor."""
+    """Run until SIGINT/SIGTERM, then drain. daphne.server must be imported before the reactor."""
     import daphne.server  # noqa: F401  (installs the asyncio reactor first)
-    from daphne.server import Server
 
     _tune_daphne()
 
     from django.conf import settings
 
     from iop_site.asgi import build_application
+    from iop_site.edge_server import EdgeServer
     from pool.apps import attach_runtime
     from pool.runtime import EdgeRuntime
 
@@ -65,8 +61,11 @@ def serve(snapshot: EdgeSnapshot, *, on_ready: Callable[[], None] | None = None)
     listeners = [snapshot.edge_listen, snapshot.admin_listen]
     if snapshot.openai_enabled:
         listeners.append(snapshot.openai_listen)
-    server = Server(
+    server = EdgeServer(
         build_application(runtime),
+        runtime=runtime,
+        public_port=snapshot.openai_listen.port,
+        grace_s=settings.IOP_SHUTDOWN_GRACE_S,
         endpoints=[endpoint(listen) for listen in listeners],
         signal_handlers=True,
         action_logger=None,  # the access log writes synchronously on the loop (FIELD-NOTES)
@@ -77,18 +76,4 @@ def serve(snapshot: EdgeSnapshot, *, on_ready: Callable[[], None] | None = None)
         ready_callable=on_ready,
         verbosity=0,
     )
-    _close_on_shutdown(runtime)
     server.run()
-
-
-def _close_on_shutdown(runtime: EdgeRuntime) -> None:
-    """On SIGTERM/SIGINT, before the reactor stops: close Node sessions and write the last
-    usage rows (Twisted waits for the returned Deferred)."""
-    import asyncio
-
-    from twisted.internet import defer, reactor
-
-    def close() -> defer.Deferred[None]:
-        return defer.Deferred.fromFuture(asyncio.ensure_future(runtime.aclose()))
-
-    reactor.addSystemEventTrigger("before", "shutdown", close)  # type: ignore[attr-defined]

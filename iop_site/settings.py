@@ -107,6 +107,9 @@ IOP_CONFIG_FILE = os.environ.get("IOP_CONFIG_FILE", str(BASE_DIR / "configs" / "
 IOP_NODE_HEARTBEAT_INTERVAL_S = env_float("IOP_NODE_HEARTBEAT_INTERVAL_S", 15.0, minimum=0.05)
 IOP_NODE_HEARTBEAT_TIMEOUT_S = env_float("IOP_NODE_HEARTBEAT_TIMEOUT_S", 45.0, minimum=0.1)
 
+# On SIGTERM/SIGINT the Edge stops taking requests and waits this long for running ones.
+IOP_SHUTDOWN_GRACE_S = env_float("IOP_SHUTDOWN_GRACE_S", 20.0)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -43,6 +43,7 @@ class EdgeRuntime:
             clock=clock,
         )
         self._apply_lock: asyncio.Lock | None = None
+        self.draining = False  # set on shutdown: no new request is admitted
         self.meter = UsageMeter(lambda: self._snapshot)
 
     @property

@@ -1,12 +1,13 @@
-"""Stopping the Edge (SIGTERM) closes its Node sessions and writes the last usage rows
-instead of dropping them with the process."""
+"""Stopping the Edge (SIGTERM): the public listener stops taking requests, running and
+queued requests finish, Node sessions close and the last usage rows are written."""
 
 from __future__ import annotations
 
 import signal
 import sqlite3
+import threading
 
-import openai
+import httpx
 import pytest
 
 from tests.harness import TOKEN_REF, Stack
@@ -14,18 +15,35 @@ from tests.harness import TOKEN_REF, Stack
 pytestmark = pytest.mark.slow
 
 
-def test_sigterm_writes_pending_usage_and_exits_cleanly(tmp_path) -> None:
+def test_sigterm_drains_running_requests_then_writes_usage_and_exits(tmp_path) -> None:
     providers = [{"id": "p", "profile": "openai", "base_url": "{up:main}/v1", "capacity": 1}]
     stack = Stack(tmp_path, providers=providers, models=[{"id": "m", "providers": {"p": "m"}}])
     with stack:
-        with openai.OpenAI(base_url=stack.v1_url, api_key=stack.token, max_retries=0) as client:
-            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        upstream = stack.upstream()
+        upstream.server.faults.stall_before_first_byte = 1.0  # each request takes a second
+        replies: list[httpx.Response] = []
+
+        def ask() -> None:
+            replies.append(
+                httpx.post(
+                    stack.v1_url + "/chat/completions",
+                    headers={"Authorization": f"Bearer {stack.token}"},
+                    json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+                    timeout=20,
+                )
+            )
+
+        clients = [threading.Thread(target=ask) for _ in range(2)]  # one runs, one queues
+        for client in clients:
+            client.start()
+        stack.wait_until(lambda snap: snap["queue_depth"] == 1, timeout=10)
         edge = stack.edge.popen
         edge.send_signal(signal.SIGTERM)
+        for client in clients:
+            client.join(timeout=20)
+        assert [r.status_code for r in replies] == [200, 200]
         assert edge.wait(timeout=20) == 0
     with sqlite3.connect(tmp_path / "edge.sqlite3") as db:
-        rows = db.execute(
-            "select token_ref, attributed_to, requests from pool_usagebucket"
-        ).fetchall()
-    assert rows == [(TOKEN_REF, "p", 1)]
+        rows = db.execute("select token_ref, attributed_to, requests from pool_usagebucket")
+        assert rows.fetchall() == [(TOKEN_REF, "p", 2)]
     assert "Traceback" not in stack.logs()

@@ -82,3 +82,12 @@ def test_the_silence_limit_is_the_nodes_own_limit_plus_a_grace():
     spec = snapshot.providers["p-open"]
     longest = max(spec.first_byte_timeout_ms, spec.idle_timeout_ms) / 1000
     assert limit == longest + operations.NODE_SILENCE_GRACE_S
+
+
+async def test_a_draining_edge_admits_no_new_request(edge):
+    app, runtime, node = edge
+    runtime.draining = True
+    call = await api(app, "POST", "/v1/chat/completions", chat()).done()
+    assert call.status == 503
+    assert json.loads(call.body)["error"]["code"] == "no_available_provider"
+    assert node.runs == []

@@ -95,6 +95,8 @@ class OpenAIApp:
     ) -> None:
         if scope["method"] != "POST":
             raise HttpError("method_not_allowed", f"{scope['path']} accepts POST only")
+        if self.runtime.draining:  # stopping: the running requests finish, no new one starts
+            raise HttpError("no_available_provider", "the Edge is shutting down")
         forward = tables.provider_auth.forward_headers(headers)
         body = await read_body(receive, headers.get(b"content-length"), tables.max_request_bytes)
         request = parse_request(endpoint, body)

@@ -41,6 +41,7 @@ class Runtime:
         self.pool = ProviderPool(policy_from_snapshot(self.snapshot))
         self.hub = NodeHub(lambda: self.snapshot, self.pool)
         self.meter = RecordingMeter()
+        self.draining = False
 
 
 Script = Callable[["FakeNode", Any], Awaitable[None]]
