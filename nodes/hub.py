@@ -15,7 +15,7 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 
@@ -215,25 +215,18 @@ class NodeHub:
         run_id = f"r{next(self._run_ids):x}"
         channel = RunChannel(run_id, lease.node_id)
         session.runs[run_id] = channel
-        body = msgspec.Raw(spec.body)
-        message: wire.TunnelRequest | wire.RunRequest
-        if spec.tunnel:
-            message = wire.TunnelRequest(
-                run_id=run_id,
-                provider_id=lease.provider_id,
-                operation=spec.operation,
-                stream=spec.stream,
-                body=body,
-                forward_headers=dict(spec.forward_headers),
-            )
-        else:
-            message = wire.RunRequest(
-                run_id=run_id,
-                provider_id=lease.provider_id,
-                operation=spec.operation,
-                stream=spec.stream,
-                body=body,
-            )
+        fields: dict[str, Any] = {
+            "run_id": run_id,
+            "provider_id": lease.provider_id,
+            "operation": spec.operation,
+            "stream": spec.stream,
+            "body": msgspec.Raw(spec.body),
+        }
+        message: wire.TunnelRequest | wire.RunRequest = (  # R-POOL-10: passthrough or normalized
+            wire.TunnelRequest(**fields, forward_headers=dict(spec.forward_headers))
+            if spec.tunnel
+            else wire.RunRequest(**fields)
+        )
         try:
             await session.transport.send(wire.encode(message))
         except BaseException:

@@ -48,20 +48,7 @@ class ConfigRevisionAdmin(admin.ModelAdmin):
     )
     list_filter = ("state", "is_active", "source")
     search_fields = ("author_label", "applied_by", "digest")
-    readonly_fields = (
-        "id",
-        "state",
-        "is_active",
-        "parent",
-        "source",
-        "author_label",
-        "created_at",
-        "applied_at",
-        "applied_by",
-        "digest",
-        "report_table",
-        "document_json",
-    )
+    readonly_fields = (*ConfigRevision.RECORD_FIELDS, "report_table", "document_json")
     fields = readonly_fields
     actions = ("dry_run_selected", "apply_selected", "stage_selected")
 

@@ -66,6 +66,20 @@ class ConfigRevision(models.Model):
             )
         ]
 
+    # What a revision's record shows (admin and REST API): lineage, who, when, state.
+    RECORD_FIELDS = (
+        "id",
+        "state",
+        "is_active",
+        "parent",
+        "source",
+        "author_label",
+        "created_at",
+        "applied_at",
+        "applied_by",
+        "digest",
+    )
+
     def mark_active(self, replacing: ConfigRevision | None, by: str) -> None:
         """Take over from the active revision (saved); the caller saves this one."""
         if replacing is not None:

@@ -14,19 +14,7 @@ class RevisionSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ConfigRevision
-        fields = [
-            "id",
-            "state",
-            "is_active",
-            "parent",
-            "source",
-            "author_label",
-            "created_at",
-            "applied_at",
-            "applied_by",
-            "digest",
-            "report",
-        ]
+        fields = [*ConfigRevision.RECORD_FIELDS, "report"]
         read_only_fields = fields
 
 

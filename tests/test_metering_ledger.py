@@ -13,10 +13,11 @@ from django.db import IntegrityError, connections
 from django.urls import reverse
 
 from catalog.config import EdgeSnapshot, load_snapshot
-from pool.metering import RequestRecord, UsageMeter
+from pool.metering import UsageMeter
 from pool.metering import store as ledger
 from pool.metering.pending import Counts, UsageKey
 from pool.models import UsageBucket
+from tests.metering_support import record_factory
 
 HOUR_0 = 1_759_996_800  # 2025-10-09 08:00 UTC
 COLUMNS = ("principal_ref", "token_ref", "model_group", "attributed_to", "attribution",
@@ -51,15 +52,7 @@ def snapshot() -> EdgeSnapshot:
     return load_snapshot(yaml.safe_load(CONFIG))
 
 
-def record(**changes: Any) -> RequestRecord:
-    fields: dict[str, Any] = {
-        "operation": "chat_completions", "model_group": "qwen-local",
-        "provider_id": "vllm-local", "principal_ref": "team-research",
-        "token_ref": "app-notebook", "status": 200, "code": None, "input_tokens": 10,
-        "output_tokens": 20, "estimated": False, "duration_s": 0.1, "stream": False,
-    }  # fmt: skip
-    fields.update(changes)
-    return RequestRecord(**fields)
+record = record_factory(input_tokens=10, output_tokens=20, duration_s=0.1, stream=False)
 
 
 def key(bucket: int = HOUR_0, **changes: Any) -> UsageKey:

@@ -13,8 +13,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from catalog.config import EdgeSnapshot, load_snapshot
-from pool.metering import RequestRecord, UsageMeter, usage_retention_days
+from pool.metering import UsageMeter, usage_retention_days
 from pool.metering.pending import Counts, UsageKey
+from tests.metering_support import record_factory
 
 NOW = 1_760_000_000.0  # 2025-10-09 08:53:20 UTC; its hour bucket starts at 08:00:
 HOUR = 1_759_996_800
@@ -60,23 +61,7 @@ def config(**changes: Any) -> EdgeSnapshot:
     return load_snapshot(document)
 
 
-def record(**changes: Any) -> RequestRecord:
-    fields: dict[str, Any] = {
-        "operation": "chat_completions",
-        "model_group": "qwen-local",
-        "provider_id": "vllm-local",
-        "principal_ref": "team-research",
-        "token_ref": "app-notebook",
-        "status": 200,
-        "code": None,
-        "input_tokens": 12,
-        "output_tokens": 30,
-        "estimated": False,
-        "duration_s": 0.25,
-        "stream": False,
-    }
-    fields.update(changes)
-    return RequestRecord(**fields)
+record = record_factory(input_tokens=12, output_tokens=30, duration_s=0.25, stream=False)
 
 
 class Writes:

@@ -14,10 +14,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from catalog.config import load_snapshot
 from pool.adminapp import AdminApp
-from pool.metering import RequestRecord
 from pool.metrics import metrics_response, scrape_allowed
 from pool.models import UsageBucket
 from pool.runtime import EdgeRuntime
+from tests.metering_support import record_factory
 
 # Canary values: configured as provider credentials, caller tokens and the scrape token.
 CANARIES = {
@@ -64,15 +64,7 @@ models:
 """
 
 
-def record(**changes: Any) -> RequestRecord:
-    fields: dict[str, Any] = {
-        "operation": "chat_completions", "model_group": "qwen-local",
-        "provider_id": "vllm-local", "principal_ref": "team-research",
-        "token_ref": "app-notebook", "status": 200, "code": None, "input_tokens": 11,
-        "output_tokens": 22, "estimated": False, "duration_s": 0.2, "stream": True,
-    }  # fmt: skip
-    fields.update(changes)
-    return RequestRecord(**fields)
+record = record_factory(input_tokens=11, output_tokens=22, duration_s=0.2, stream=True)
 
 
 @pytest.fixture

@@ -71,11 +71,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @pytest.fixture(autouse=True)
 def idle_after(stack: Stack) -> Iterator[None]:
-    for upstream in stack.upstreams.values():
-        upstream.reset()
+    stack.reset_upstreams()
     yield
-    for upstream in stack.upstreams.values():
-        upstream.reset()  # a stall left by a failed test must not hold the next one
+    stack.reset_upstreams()  # a stall left by a failed test must not hold the next one
     for index, node in enumerate(stack.nodes):
         if not node.alive():
             stack.restart_node(index)

@@ -67,11 +67,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @pytest.fixture(autouse=True)
 def idle_after(stack: Stack) -> Iterator[None]:
-    for upstream in stack.upstreams.values():
-        upstream.reset()
+    stack.reset_upstreams()
     yield
-    for upstream in stack.upstreams.values():
-        upstream.reset()
+    stack.reset_upstreams()
     stack.wait_idle()
 
 

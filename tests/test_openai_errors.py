@@ -60,34 +60,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @pytest.fixture(autouse=True)
 def idle_after(stack: Stack) -> Iterator[None]:
-    for upstream in stack.upstreams.values():
-        upstream.reset()
+    stack.reset_upstreams()
     yield
     stack.wait_idle()
-
-
-@pytest.fixture
-def http(stack: Stack) -> Iterator[httpx.Client]:
-    with httpx.Client(
-        base_url=stack.openai_url, timeout=20, headers={"authorization": f"Bearer {stack.token}"}
-    ) as client:
-        yield client
-
-
-@pytest.fixture
-def oai(stack: Stack) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(
-        base_url=stack.v1_url, api_key=stack.token, max_retries=0, timeout=20
-    ) as client:
-        yield client
-
-
-@pytest.fixture
-def ant(stack: Stack) -> Iterator[anthropic.Anthropic]:
-    with anthropic.Anthropic(
-        base_url=stack.openai_url, api_key=stack.token, max_retries=0, timeout=20
-    ) as client:
-        yield client
 
 
 def assert_error(resp: httpx.Response, code: str) -> dict[str, Any]:

@@ -72,22 +72,6 @@ def idle_after(stack: Stack) -> Iterator[None]:
     stack.wait_idle()
 
 
-@pytest.fixture
-def oai(stack: Stack) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(
-        base_url=stack.v1_url, api_key=stack.token, max_retries=0, timeout=20
-    ) as client:
-        yield client
-
-
-@pytest.fixture
-def ant(stack: Stack) -> Iterator[anthropic.Anthropic]:
-    with anthropic.Anthropic(
-        base_url=stack.openai_url, api_key=stack.token, max_retries=0, timeout=20
-    ) as client:
-        yield client
-
-
 def upstream_requests(stack: Stack, path: str) -> list[Any]:
     return [r for r in stack.upstream().server.requests if r.path == path]
 

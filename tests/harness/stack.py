@@ -280,6 +280,11 @@ class Stack:
 
         self.wait_until(ready, timeout, "providers online")
 
+    def reset_upstreams(self) -> None:
+        """Clear every fake upstream's recorded requests and injected faults."""
+        for upstream in self.upstreams.values():
+            upstream.reset()
+
     def wait_idle(self, timeout: float = 10.0) -> None:
         """Every lease released and the queue empty (R-POOL-9); raises after ``timeout``."""
 
