@@ -106,7 +106,7 @@ async def test_register_response_carries_the_nodes_own_payload_provider_first(ru
     await comm.disconnect()
 
 
-def test_payload_compiles_for_every_builtin_profile():
+def test_payload_compiles_for_a_profile_with_nested_extensions():
     """R-NODE-2: nested profile extensions (anthropic-version) survive into the payload."""
     from nodes.payload import compile_payload
 
