@@ -32,6 +32,7 @@ test: $(DEV_STAMP)
 	$(PY) manage.py makemigrations --check --dry-run
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 	@if [ -n "$$IOP_TEST_DATABASE_URL" ]; then \
 		echo "database tests on $${IOP_TEST_DATABASE_URL%%@*}@..."; \
 		DATABASE_URL="$$IOP_TEST_DATABASE_URL" $(VENV)/bin/pytest -q $(DB_TESTS); \
@@ -42,6 +43,7 @@ lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 bench-pool: $(DEV_STAMP)
 	$(PY) scripts/bench_pool.py

@@ -3,7 +3,8 @@
 - ``edge.listen``: the Node websocket at /ws/node.
 - ``openai.listen``: /v1/* as a plain ASGI app (no Django stack on the hot path), and
   Django (admin, REST API, status page) for everything else.
-- ``admin.listen`` (loopback only): POST /refresh and /metrics.
+- ``admin.listen`` (loopback only): the control listener, POST /refresh, GET /metrics and
+  GET /pool (``iop_site.control``).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "iop_site.settings")
 
 from django.core.asgi import get_asgi_application
 
+from edgekit.http import error_body, send_json
+
 if TYPE_CHECKING:
-    from pool.runtime import EdgeRuntime
+    from iop_site.runtime import EdgeRuntime
 
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
@@ -29,18 +32,7 @@ async def not_found(scope: Scope, receive: Any, send: Any) -> None:
     if scope["type"] == "websocket":
         await send({"type": "websocket.close"})
         return
-    body = (
-        b'{"error":{"message":"not found","type":"invalid_request_error",'
-        b'"param":null,"code":"not_found"}}'
-    )
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 404,
-            "headers": [(b"content-type", b"application/json")],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    await send_json(send, 404, error_body("not_found", "not found"))
 
 
 async def _lifespan(receive: Any, send: Any) -> None:
@@ -60,18 +52,18 @@ def build_application(runtime: EdgeRuntime | None) -> ASGIApp:
 
     from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
+    from iop_site.control import ControlApp
     from nodes.consumer import NodeConsumer
-    from pool.adminapp import AdminApp
     from pool.http.app import OpenAIApp
 
     snapshot = runtime.snapshot
     node_ws = NodeConsumer.as_asgi(hub=runtime.hub)
     openai_app = OpenAIApp(runtime)
-    admin_app = AdminApp(runtime)
+    control_app = ControlApp(runtime)
     site = ASGIStaticFilesHandler(django_application)  # the admin's CSS and JS, from the apps
     roles = {
         snapshot.edge_listen.port: "edge",
-        snapshot.admin_listen.port: "admin",
+        snapshot.admin_listen.port: "control",
         snapshot.openai_listen.port: "openai",
     }
 
@@ -90,8 +82,8 @@ def build_application(runtime: EdgeRuntime | None) -> ASGIApp:
                 await site(scope, receive, send)
         elif role == "edge" and kind == "websocket" and path == "/ws/node":
             await node_ws(scope, receive, send)
-        elif role == "admin" and kind == "http":
-            await admin_app(scope, receive, send)
+        elif role == "control" and kind == "http":
+            await control_app(scope, receive, send)
         else:
             await not_found(scope, receive, send)
 

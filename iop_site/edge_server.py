@@ -14,7 +14,7 @@ from typing import Any
 from daphne.server import Server
 from twisted.internet import defer
 
-from pool.runtime import EdgeRuntime
+from iop_site.runtime import EdgeRuntime
 
 log = logging.getLogger("iop.edge")
 
@@ -45,7 +45,7 @@ class EdgeServer(Server):  # type: ignore[misc]
 
     async def drain(self) -> None:
         self.runtime.draining = True
-        for port in self.ports:  # Nodes and the admin listener stay: runs must still end
+        for port in self.ports:  # Nodes and the control listener stay: runs must still end
             if port.getHost().port == self.public_port:
                 port.stopListening()
         deadline = time.monotonic() + self.grace_s

@@ -1,4 +1,4 @@
-"""Small typed readers for the environment that fail loudly (STYLE: one settings module)."""
+"""Small typed readers for the environment that fail loudly (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,19 @@ def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
         value = float(raw)
     except ValueError:
         raise ImproperlyConfigured(f"{name}: expected a number, got {raw!r}") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name}: must be >= {minimum}, got {value}")
+    return value
+
+
+def env_int(name: str, default: int, *, minimum: int = 0) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}: expected a whole number, got {raw!r}") from None
     if value < minimum:
         raise ImproperlyConfigured(f"{name}: must be >= {minimum}, got {value}")
     return value

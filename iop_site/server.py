@@ -47,10 +47,10 @@ def serve(snapshot: EdgeSnapshot, *, on_ready: Callable[[], None] | None = None)
 
     from django.conf import settings
 
+    from edgekit.running import attach_runtime
     from iop_site.asgi import build_application
     from iop_site.edge_server import EdgeServer
-    from pool.apps import attach_runtime
-    from pool.runtime import EdgeRuntime
+    from iop_site.runtime import EdgeRuntime
 
     runtime = EdgeRuntime(
         snapshot,
@@ -68,7 +68,7 @@ def serve(snapshot: EdgeSnapshot, *, on_ready: Callable[[], None] | None = None)
         grace_s=settings.IOP_SHUTDOWN_GRACE_S,
         endpoints=[endpoint(listen) for listen in listeners],
         signal_handlers=True,
-        action_logger=None,  # the access log writes synchronously on the loop (FIELD-NOTES)
+        action_logger=None,  # the access log writes on the loop (docs/architecture.md)
         websocket_timeout=-1,  # never drop Nodes after a day
         websocket_max_message_size=wire.MAX_MESSAGE_BYTES,
         websocket_max_frame_size=wire.MAX_MESSAGE_BYTES,

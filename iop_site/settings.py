@@ -5,7 +5,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from iop_site.env import database_from_url, env_bool, env_float, env_list, env_secret
+from iop_site.env import (
+    database_from_url,
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_secret,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("IOP_VAR_DIR", BASE_DIR / "var"))
@@ -69,14 +76,7 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     DATABASES["default"]["OPTIONS"] = {"timeout": 20}
 
-_REDIS_URL = os.environ.get("REDIS_URL")
-CHANNEL_LAYERS = {
-    "default": (
-        {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [_REDIS_URL]}}
-        if _REDIS_URL
-        else {"BACKEND": "channels.layers.InMemoryChannelLayer"}
-    )
-}
+# No CHANNEL_LAYERS: the Node consumer uses no channel layer (docs/architecture.md).
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -106,6 +106,9 @@ IOP_CONFIG_FILE = os.environ.get("IOP_CONFIG_FILE", str(BASE_DIR / "configs" / "
 # Edge -> Node heartbeats: a ping every interval; a Node silent for the timeout is gone.
 IOP_NODE_HEARTBEAT_INTERVAL_S = env_float("IOP_NODE_HEARTBEAT_INTERVAL_S", 15.0, minimum=0.05)
 IOP_NODE_HEARTBEAT_TIMEOUT_S = env_float("IOP_NODE_HEARTBEAT_TIMEOUT_S", 45.0, minimum=0.1)
+
+# Days of hourly usage rows the meter keeps; 0 keeps them all (docs/metering.md).
+IOP_USAGE_RETENTION_DAYS = env_int("IOP_USAGE_RETENTION_DAYS", 90)
 
 # On SIGTERM/SIGINT the Edge stops taking requests and waits this long for running ones.
 IOP_SHUTDOWN_GRACE_S = env_float("IOP_SHUTDOWN_GRACE_S", 20.0)

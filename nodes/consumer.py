@@ -23,7 +23,7 @@ class NodeConsumer(AsyncConsumer):
 
     ``dispatch`` is overridden on purpose: Channels would close old database
     connections (a thread hop) before every frame, and this consumer never
-    touches the ORM (FIELD-NOTES: Channels consumers).
+    touches the ORM (docs/architecture.md: the Node websocket consumer).
     """
 
 

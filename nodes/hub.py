@@ -22,7 +22,7 @@ import msgspec
 from catalog.config import EdgeSnapshot
 from nodes import wire
 from nodes.payload import compile_payload
-from nodes.runs import RunChannel, RunSpec
+from nodes.runs import RunChannel, RunOrder
 from pool.engine import Lease, ProviderPool
 
 log = logging.getLogger("iop.nodes")
@@ -207,7 +207,7 @@ class NodeHub:
 
     # --- runs --------------------------------------------------------------------------------
 
-    async def open_run(self, lease: Lease, spec: RunSpec) -> RunChannel:
+    async def open_run(self, lease: Lease, spec: RunOrder) -> RunChannel:
         """Send a run to the lease's Node; its output arrives on the returned channel."""
         session = self.sessions.get(lease.node_id)
         if session is None or session.state != READY:

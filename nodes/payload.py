@@ -11,10 +11,10 @@ from catalog.config.profiles.model import thaw
 from nodes import wire
 
 
-def _secret(ref: Any) -> wire.SecretRef | None:
+def _secret(ref: Any) -> wire.SecretRefPayload | None:
     if ref is None:
         return None
-    return wire.SecretRef(env=ref.env, file=ref.file)
+    return wire.SecretRefPayload(env=ref.env, file=ref.file)
 
 
 def compile_payload(snapshot: EdgeSnapshot, node_id: str) -> wire.NodePayload:
@@ -36,7 +36,7 @@ def compile_payload(snapshot: EdgeSnapshot, node_id: str) -> wire.NodePayload:
                 adapter=profile.adapter,
                 driver=profile.driver,
                 operations={op: profile_url(profile, op) for op in sorted(profile.operations)},
-                auth=wire.AuthSpec(
+                auth=wire.AuthPayload(
                     type=profile.auth.type, header=profile.auth.header, scheme=profile.auth.scheme
                 ),
                 credential=_secret(spec.credential),

@@ -9,7 +9,7 @@ from nodes import wire
 
 
 @dataclass(frozen=True, slots=True)
-class RunSpec:
+class RunOrder:
     """What the HTTP surface asks a Node to run."""
 
     tunnel: bool  # True: TunnelRequest (passthrough); False: RunRequest (normalized), R-POOL-10

@@ -36,14 +36,14 @@ class _Msg(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, omit_de
 # --- shared pieces ---------------------------------------------------------------------------
 
 
-class SecretRef(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+class SecretRefPayload(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """A secret named by reference and resolved on the machine that uses it."""
 
     env: str | None = None
     file: str | None = None
 
 
-class AuthSpec(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+class AuthPayload(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """How a provider credential is put on the upstream request."""
 
     type: str = "none"  # none | bearer | header
@@ -59,14 +59,14 @@ class ProviderPayload(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=
     adapter: str  # openai_compat | ollama | cli
     driver: str  # openai_chat | anthropic_messages | openai_responses | ollama | cli
     operations: dict[str, str] = {}  # operation -> complete upstream URL (R-PROF-6)
-    auth: AuthSpec = msgspec.field(default_factory=AuthSpec)
-    credential: SecretRef | None = None
+    auth: AuthPayload = msgspec.field(default_factory=AuthPayload)
+    credential: SecretRefPayload | None = None
     headers: dict[str, str] = {}  # static, non-secret extra headers
     capabilities: list[str] = []
     model_mapping: dict[str, str] = {}
     served_models: dict[str, str] = {}  # model group -> served model name
     command: list[str] | None = None  # cli adapter
-    env: dict[str, SecretRef] = {}  # cli adapter: extra environment, by reference
+    env: dict[str, SecretRefPayload] = {}  # cli adapter: extra environment, by reference
     first_byte_timeout_s: float = 60.0
     idle_timeout_s: float = 120.0
     run_timeout_s: float | None = None  # cli adapter: whole-run limit

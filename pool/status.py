@@ -22,7 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from pool.apps import get_runtime
+from edgekit.running import get_runtime
 
 # Most to least urgent; the summary line lists counts in this order.
 STATES = ("saturated", "busy", "idle", "disabled", "offline")
@@ -30,7 +30,7 @@ POLL_INTERVAL_MS = 1000
 
 
 async def _snapshot_on_loop() -> dict[str, Any]:
-    return get_runtime().pool.snapshot().as_dict()
+    return get_runtime().pool_status()
 
 
 def read_snapshot() -> dict[str, Any]:

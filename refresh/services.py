@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from asgiref.sync import async_to_sync
-from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
 from catalog.config import EdgeSnapshot
+from edgekit.running import RunningEdge, running_edge
 from refresh.candidate import (
     APPLY,
     CREATE,
@@ -35,9 +35,6 @@ from refresh.candidate import (
 )
 from refresh.models import ConfigRevision
 from refresh.report import Report, diff_report, error_report
-
-if TYPE_CHECKING:
-    from pool.runtime import EdgeRuntime
 
 log = logging.getLogger("iop.refresh")
 
@@ -58,26 +55,17 @@ __all__ = [
     "stage_revision",
 ]
 
-# Applies are serialized across every entry point of the process (admin, REST API, /refresh):
+# Applies are serialized across every entry point of the process (Django admin, REST API,
+# POST /refresh):
 # the parent check, the snapshot swap and the active-row change happen under this lock.
 _APPLY_LOCK = threading.Lock()
-
-
-def running_edge() -> EdgeRuntime | None:
-    """The Edge runtime of this process, or None when only Django runs here."""
-    from pool.apps import get_runtime
-
-    try:
-        return get_runtime()
-    except ImproperlyConfigured:
-        return None
 
 
 def active_revision() -> ConfigRevision | None:
     return ConfigRevision.objects.filter(is_active=True).first()
 
 
-def base_document(runtime: EdgeRuntime | None) -> dict[str, Any] | None:
+def base_document(runtime: RunningEdge | None) -> dict[str, Any] | None:
     """What a candidate is compared with: the running snapshot, else the active revision."""
     if runtime is not None:
         return runtime.snapshot.document
@@ -86,7 +74,7 @@ def base_document(runtime: EdgeRuntime | None) -> dict[str, Any] | None:
 
 
 def dry_run(
-    document: Any, runtime: EdgeRuntime | None = None, *, revision: ConfigRevision | None = None
+    document: Any, runtime: RunningEdge | None = None, *, revision: ConfigRevision | None = None
 ) -> Outcome:
     """Validate and classify against what runs; no side effect of any kind."""
     candidate = Candidate(document, DRY_RUN)
@@ -142,7 +130,7 @@ def create_from_catalog(author: Any = None) -> Outcome:
     )
 
 
-def apply_revision(runtime: EdgeRuntime | None, revision: ConfigRevision, *, actor: Any) -> Outcome:
+def apply_revision(runtime: RunningEdge | None, revision: ConfigRevision, *, actor: Any) -> Outcome:
     """Apply a stored revision to the running Edge, or refuse it whole (R-REF-2)."""
     if runtime is None:
         return no_runtime(revision)
@@ -151,7 +139,7 @@ def apply_revision(runtime: EdgeRuntime | None, revision: ConfigRevision, *, act
 
 
 def apply_document(
-    runtime: EdgeRuntime | None,
+    runtime: RunningEdge | None,
     document: Any,
     *,
     source: str,
@@ -208,7 +196,7 @@ def stage_revision(revision: ConfigRevision, *, actor: Any) -> Outcome:
 
 
 def _apply_locked(
-    runtime: EdgeRuntime,
+    runtime: RunningEdge,
     revision: ConfigRevision,
     actor: str,
     snapshot: EdgeSnapshot | None = None,

@@ -101,7 +101,8 @@ async def test_env_comes_from_references_and_the_node_environment_stays_private(
     caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("CLI_TOOL_KEY", "cli-secret-value-123")
     monkeypatch.setenv("IOP_NODE_TOKEN", "node-token-must-not-leak")
-    provider = cli_provider("env", "TOOL_KEY", env={"TOOL_KEY": wire.SecretRef(env="CLI_TOOL_KEY")})
+    env = {"TOOL_KEY": wire.SecretRefPayload(env="CLI_TOOL_KEY")}
+    provider = cli_provider("env", "TOOL_KEY", env=env)
     parts: list[str] = []
     await CliAdapter(provider).run(spec(chat_body(), stream=False), parts.append)
     assert json.loads(parts[0])["choices"][0]["message"]["content"] == "cli-secret-value-123"

@@ -270,8 +270,8 @@ async def test_bearer_credential_from_env_goes_in_authorization_and_never_in_log
     upstream.faults.error_message = f"Incorrect API key provided: {SECRET}"
     provider = openai_provider(
         upstream.url,
-        auth=wire.AuthSpec(type="bearer"),
-        credential=wire.SecretRef(env="FAKE_PROVIDER_KEY"),
+        auth=wire.AuthPayload(type="bearer"),
+        credential=wire.SecretRefPayload(env="FAKE_PROVIDER_KEY"),
     )
     adapter = OpenAICompatAdapter(provider, http)
     with pytest.raises(AdapterError) as err:
@@ -290,8 +290,8 @@ async def test_header_auth_puts_the_credential_in_the_named_header(
     provider = openai_provider(
         upstream.url,
         driver="anthropic_messages",
-        auth=wire.AuthSpec(type="header", header="x-api-key", scheme=scheme),
-        credential=wire.SecretRef(file=str(key_file)),
+        auth=wire.AuthPayload(type="header", header="x-api-key", scheme=scheme),
+        credential=wire.SecretRefPayload(file=str(key_file)),
         headers={"anthropic-version": "2023-06-01"},
     )
     await OpenAICompatAdapter(provider, http).run(spec("count_tokens", {"model": "m"}), Sink())
@@ -306,8 +306,8 @@ async def test_forwarded_caller_credential_replaces_the_configured_one(upstream,
     monkeypatch.setenv("FAKE_PROVIDER_KEY", SECRET)
     provider = openai_provider(
         upstream.url,
-        auth=wire.AuthSpec(type="bearer"),
-        credential=wire.SecretRef(env="FAKE_PROVIDER_KEY"),
+        auth=wire.AuthPayload(type="bearer"),
+        credential=wire.SecretRefPayload(env="FAKE_PROVIDER_KEY"),
     )
     request = spec(
         "chat_completions", chat_body(), forward_headers={"authorization": "Bearer caller-key"}

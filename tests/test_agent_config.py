@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nodes.agent.config import ConfigError, load_config, parse_config
+from nodes.agent.config import NodeConfigError, load_config, parse_config
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "shared" / "spec" / "node.example.yaml"
 
@@ -21,7 +21,7 @@ def base(**extra: object) -> dict[str, object]:
 
 
 def errors_of(data: object, base_dir: Path | str = ".") -> list[str]:
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(NodeConfigError) as err:
         parse_config(data, base_dir=base_dir)
     return err.value.errors
 
@@ -127,11 +127,11 @@ def test_tls_ca_file_must_exist(tmp_path):
 
 
 def test_unreadable_or_invalid_yaml_file(tmp_path):
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(NodeConfigError) as err:
         load_config(tmp_path / "absent.yaml")
     assert err.value.errors[0].startswith("(file): cannot read")
     bad = tmp_path / "bad.yaml"
     bad.write_text("node_id: [unclosed\n")
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(NodeConfigError) as err:
         load_config(bad)
     assert err.value.errors[0].startswith("(file): not valid YAML")

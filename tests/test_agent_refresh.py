@@ -69,8 +69,8 @@ async def test_refresh_with_an_unusable_provider_is_acked_not_ok_and_others_keep
     broken = openai_provider(
         upstream.url,
         pid="p2",
-        auth=wire.AuthSpec(type="bearer"),
-        credential=wire.SecretRef(env="ABSENT_PROVIDER_KEY"),
+        auth=wire.AuthPayload(type="bearer"),
+        credential=wire.SecretRefPayload(env="ABSENT_PROVIDER_KEY"),
     )
     second = node_payload(openai_provider(upstream.url, pid="p1"), broken)
     async with FakeEdge(first) as edge, running_node(edge, tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from catalog.config import ConfigError, ProviderAuth, SecretRef, load_snapshot
-from catalog.config.examples import example_document
+from tests.support.config_examples import example_document
 
 HASH_A, HASH_B = "a" * 64, "b" * 64
 RAW_SECRET = "sk-live-DO-NOT-ECHO-0123456789"
@@ -43,8 +43,7 @@ def test_rcfg12_principal_tokens_load_with_optional_alias():
     first, second = snapshot.principal_tokens
     assert (first.token_ref, first.principal_ref, first.alias) == ("app-a", "team", "notebook")
     assert second.alias is None
-    assert snapshot.principal_for_hash(HASH_B) is second
-    assert snapshot.principal_for_hash("c" * 64) is None
+    assert {t.token_hash_sha256: t for t in snapshot.principal_tokens}[HASH_B] is second
 
 
 def test_rcfg12_entries_may_share_a_principal_ref():

@@ -8,9 +8,9 @@ import copy
 import pytest
 
 from catalog.config import ConfigError, load_snapshot
-from catalog.config.examples import example_document
 from catalog.config.profiles import RuntimeProfile
 from refresh.report import diff_report
+from tests.support.config_examples import example_document
 
 UPPER_ABSOLUTE = "HTTPS://api.example.com/v1/chat/completions"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from catalog.config import ConfigError, StreamFilter, load_snapshot
-from catalog.config.examples import example_document
+from tests.support.config_examples import example_document
 
 
 def _issues(document) -> list[str]:

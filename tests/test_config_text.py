@@ -7,7 +7,7 @@ import json
 import pytest
 
 from catalog.config import ConfigError, load_file, load_snapshot, parse_text
-from catalog.config.examples import example_document
+from tests.support.config_examples import example_document
 
 
 def test_yaml_mapping_parses_to_a_dict():

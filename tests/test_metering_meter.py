@@ -13,6 +13,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from catalog.config import EdgeSnapshot, load_snapshot
+from iop_site.env import env_int
 from pool.metering import UsageMeter, usage_retention_days
 from pool.metering.pending import Counts, UsageKey
 from tests.metering_support import record_factory
@@ -342,15 +343,21 @@ async def test_retention_is_applied_by_the_first_write_then_once_a_day() -> None
 
 
 def test_retention_days_setting(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    """The environment is read once, by the settings module; the meter reads the setting."""
     monkeypatch.delenv("IOP_USAGE_RETENTION_DAYS", raising=False)
-    assert usage_retention_days() == 90
+    assert env_int("IOP_USAGE_RETENTION_DAYS", 90) == 90
     monkeypatch.setenv("IOP_USAGE_RETENTION_DAYS", "0")
-    assert usage_retention_days() == 0
+    assert env_int("IOP_USAGE_RETENTION_DAYS", 90) == 0
     monkeypatch.setenv("IOP_USAGE_RETENTION_DAYS", "soon")
     with pytest.raises(ImproperlyConfigured, match="IOP_USAGE_RETENTION_DAYS"):
-        usage_retention_days()
+        env_int("IOP_USAGE_RETENTION_DAYS", 90)
     monkeypatch.setenv("IOP_USAGE_RETENTION_DAYS", "-1")
     with pytest.raises(ImproperlyConfigured):
-        usage_retention_days()
+        env_int("IOP_USAGE_RETENTION_DAYS", 90)
     settings.IOP_USAGE_RETENTION_DAYS = 14
     assert usage_retention_days() == 14
+    settings.IOP_USAGE_RETENTION_DAYS = 0
+    assert usage_retention_days() == 0
+    settings.IOP_USAGE_RETENTION_DAYS = -1
+    with pytest.raises(ImproperlyConfigured, match="IOP_USAGE_RETENTION_DAYS"):
+        usage_retention_days()

@@ -13,10 +13,10 @@ from django.db import connections
 from prometheus_client.parser import text_string_to_metric_families
 
 from catalog.config import load_snapshot
-from pool.adminapp import AdminApp
-from pool.metrics import metrics_response, scrape_allowed
+from iop_site.control import ControlApp
+from iop_site.runtime import EdgeRuntime
+from pool.http.metrics import metrics_response, scrape_allowed
 from pool.models import UsageBucket
-from pool.runtime import EdgeRuntime
 from tests.metering_support import record_factory
 
 # Canary values: configured as provider credentials, caller tokens and the scrape token.
@@ -196,7 +196,7 @@ async def test_pool_gauges_are_read_at_scrape_time(
 
 async def test_the_admin_listener_serves_metrics_to_loopback_only(runtime: EdgeRuntime) -> None:
     runtime.meter.record(record())
-    app = AdminApp(runtime)
+    app = ControlApp(runtime)
 
     async def get(client: str) -> tuple[int, bytes]:
         sent: list[dict[str, Any]] = []

@@ -10,12 +10,12 @@ import pytest
 from channels.testing import WebsocketCommunicator
 
 from catalog.config import load_snapshot
-from catalog.config.examples import EXAMPLE_NODE_TOKEN, example_document
+from iop_site.runtime import EdgeRuntime
 from nodes import wire
 from nodes.consumer import NodeConsumer
-from nodes.runs import RunSpec
+from nodes.runs import RunOrder
 from pool.engine import Unavailable
-from pool.runtime import EdgeRuntime
+from tests.support.config_examples import EXAMPLE_NODE_TOKEN, example_document
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
@@ -210,7 +210,7 @@ async def test_malformed_or_unknown_message_closes_with_a_reason(runtime, frame)
 async def run_on(runtime: EdgeRuntime, model: str = "echo"):
     lease = await runtime.pool.acquire(model, frozenset({"chat"}))
     body = json.dumps({"model": "echo", "messages": []}).encode()
-    channel = await runtime.hub.open_run(lease, RunSpec(False, "chat_completions", True, body))
+    channel = await runtime.hub.open_run(lease, RunOrder(False, "chat_completions", True, body))
     return lease, channel
 
 

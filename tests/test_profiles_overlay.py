@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from catalog.config import AuthSpec, ConfigError, load_snapshot
-from catalog.config.examples import example_document
+from tests.support.config_examples import example_document
 
 
 def _issues(document) -> list[str]:

@@ -11,8 +11,8 @@ from django.urls import reverse
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from pool.apps import attach_runtime
-from pool.runtime import EdgeRuntime
+from edgekit.running import attach_runtime
+from iop_site.runtime import EdgeRuntime
 from refresh.models import ConfigRevision
 from refresh.startup import startup_snapshot
 

@@ -13,9 +13,9 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections
 
+from iop_site.runtime import EdgeRuntime
 from nodes import wire
 from pool.engine import Lease, Unavailable
-from pool.runtime import EdgeRuntime
 from refresh import services
 from refresh.models import ConfigRevision
 from refresh.startup import startup_snapshot

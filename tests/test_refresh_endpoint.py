@@ -12,10 +12,10 @@ import pytest
 import yaml
 from asgiref.sync import sync_to_async
 
-from pool.adminapp import AdminApp
-from pool.runtime import EdgeRuntime
-from refresh import endpoint
-from refresh.endpoint import handle_refresh
+from iop_site import control_refresh as endpoint
+from iop_site.control import ControlApp
+from iop_site.control_refresh import handle_refresh
+from iop_site.runtime import EdgeRuntime
 from refresh.models import ConfigRevision
 from refresh.startup import startup_snapshot
 
@@ -104,7 +104,7 @@ async def test_a_forwarded_for_header_never_makes_a_request_local(edge):
         (b"x-real-ip", b"127.0.0.1"),
         (b"forwarded", b"for=127.0.0.1"),
     )
-    for app in (handler(edge), AdminApp(edge)):
+    for app in (handler(edge), ControlApp(edge)):
         status, _ = await call(
             app, envelope("apply", document), client=("10.1.2.3", 5555), headers=spoof
         )
@@ -131,7 +131,7 @@ async def test_a_json_dry_run_reports_and_changes_nothing(edge):
     before = edge.snapshot
     document = edge.snapshot.document
     provider(document, "vllm-local")["capacity"] = 9
-    status, body = await call(AdminApp(edge), envelope("dry_run", document))
+    status, body = await call(ControlApp(edge), envelope("dry_run", document))
     assert status == 200 and body["mode"] == "dry_run" and body["applied"] is False
     assert body["live_paths"] == ['nodes["node-local"].providers["vllm-local"].capacity']
     assert edge.snapshot is before
@@ -142,7 +142,7 @@ async def test_a_yaml_document_with_mode_apply_is_applied_and_recorded(edge):
     document = edge.snapshot.document
     provider(document, "vllm-local")["capacity"] = 9
     status, body = await call(
-        AdminApp(edge),
+        ControlApp(edge),
         yaml.safe_dump(document).encode(),
         query="mode=apply",
         content_type="application/yaml",

@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 
 from catalog.config import ConfigError, load_file
 from catalog.documents import document_to_catalog
-from pool.runtime import EdgeRuntime
+from iop_site.runtime import EdgeRuntime
 from refresh import services
 from refresh.models import ConfigRevision
 from refresh.startup import startup_snapshot

@@ -13,9 +13,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from catalog.config import load_snapshot
-from pool.apps import attach_runtime
+from edgekit.running import attach_runtime
+from iop_site.runtime import EdgeRuntime
 from pool.engine import Lease
-from pool.runtime import EdgeRuntime
 
 T = TypeVar("T")
 

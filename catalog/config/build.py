@@ -25,9 +25,9 @@ from catalog.config.secrets import SecretRef
 from catalog.config.snapshot import (
     ControlPlane,
     EdgeSnapshot,
-    ModelGroup,
+    ModelGroupSpec,
     NodeSpec,
-    PrincipalToken,
+    PrincipalTokenSpec,
     ProviderAuth,
     ProviderSpec,
     StreamEvidenceGate,
@@ -140,17 +140,19 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
         nodes.append(
             NodeSpec(node_doc.id, node_doc.alias, node_doc.token_hash_sha256, tuple(specs))
         )
-    models: dict[str, ModelGroup] = {}
+    models: dict[str, ModelGroupSpec] = {}
     served: dict[str, dict[str, str]] = {}
     for model_item in parsed.models:
         model = model_item.doc
         assert isinstance(model, ModelDoc)
         document["models"].append(_dump(model))
-        models[model.id] = ModelGroup(model.id, model.usage_attribution, freeze(model.providers))
+        models[model.id] = ModelGroupSpec(
+            model.id, model.usage_attribution, freeze(model.providers)
+        )
         for provider_id, served_model in model.providers.items():
             served.setdefault(provider_id, {})[model.id] = served_model
     tokens = tuple(
-        PrincipalToken(t.token_ref, t.token_hash_sha256, t.principal_ref, t.alias)
+        PrincipalTokenSpec(t.token_ref, t.token_hash_sha256, t.principal_ref, t.alias)
         for t in openai.principal_tokens
     )
     gate = openai.stream_evidence_gate
@@ -186,6 +188,5 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
         providers=MappingProxyType(providers),
         models=MappingProxyType(models),
         _nodes_by_id=MappingProxyType({node.id: node for node in nodes}),
-        _tokens_by_hash=MappingProxyType({t.token_hash_sha256: t for t in tokens}),
         _served_by_provider=freeze(served),
     )

@@ -25,10 +25,6 @@ class SecretRef:
     def __str__(self) -> str:
         return f"{{env: {self.env}}}" if self.env is not None else f"{{file: {self.file}}}"
 
-    def to_dict(self) -> dict[str, str]:
-        """The reference as it is written in a config document."""
-        return {"env": self.env} if self.env is not None else {"file": str(self.file)}
-
     def resolve(self) -> str:
         """Read the secret now; surrounding whitespace (a file's trailing newline) is dropped."""
         if self.env is not None:

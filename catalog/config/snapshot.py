@@ -78,7 +78,7 @@ class NodeSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class ModelGroup:
+class ModelGroupSpec:
     """An external model key and the served model name of each of its providers (R-CFG-1, 2)."""
 
     id: str
@@ -87,7 +87,7 @@ class ModelGroup:
 
 
 @dataclass(frozen=True, slots=True)
-class PrincipalToken:
+class PrincipalTokenSpec:
     """A caller token known only by its sha256 (R-CFG-12)."""
 
     token_ref: str
@@ -158,7 +158,7 @@ class EdgeSnapshot:
     max_request_bytes: int
     bearer_token: SecretRef | None
     metrics_token: SecretRef | None
-    principal_tokens: tuple[PrincipalToken, ...]
+    principal_tokens: tuple[PrincipalTokenSpec, ...]
     provider_auth: ProviderAuth
     stream_evidence_gate: StreamEvidenceGate
     max_queue: int
@@ -168,9 +168,8 @@ class EdgeSnapshot:
     profiles: Mapping[str, RuntimeProfile] = field(hash=False)
     nodes: tuple[NodeSpec, ...]
     providers: Mapping[str, ProviderSpec] = field(hash=False)
-    models: Mapping[str, ModelGroup] = field(hash=False)
+    models: Mapping[str, ModelGroupSpec] = field(hash=False)
     _nodes_by_id: Mapping[str, NodeSpec] = field(repr=False, compare=False)
-    _tokens_by_hash: Mapping[str, PrincipalToken] = field(repr=False, compare=False)
     _served_by_provider: Mapping[str, Mapping[str, str]] = field(repr=False, compare=False)
 
     @property
@@ -188,10 +187,6 @@ class EdgeSnapshot:
     def node(self, node_id: str) -> NodeSpec | None:
         """The Node with this id, or None."""
         return self._nodes_by_id.get(node_id)
-
-    def principal_for_hash(self, token_hash_sha256: str) -> PrincipalToken | None:
-        """The principal token entry with this sha256 hex, or None."""
-        return self._tokens_by_hash.get(token_hash_sha256)
 
     def served_models(self, provider_id: str) -> Mapping[str, str]:
         """Model group id -> served model name for every group that maps ``provider_id``."""

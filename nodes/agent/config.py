@@ -22,12 +22,12 @@ from pydantic import (
     model_validator,
 )
 
-from nodes.wire import SecretRef
+from nodes.wire import SecretRefPayload
 
 MAX_REPLAY_CACHE = 1_000_000
 
 
-class ConfigError(ValueError):
+class NodeConfigError(ValueError):
     """The config file is invalid; ``errors`` lists every problem as ``path: message``."""
 
     def __init__(self, errors: list[str]) -> None:
@@ -73,8 +73,8 @@ class TokenRef(_Strict):
         base = Path((info.context or {}).get("base_dir", "."))
         return str((base / Path(value).expanduser()).resolve())
 
-    def as_secret_ref(self) -> SecretRef:
-        return SecretRef(env=self.env, file=self.file)
+    def as_secret_ref(self) -> SecretRefPayload:
+        return SecretRefPayload(env=self.env, file=self.file)
 
 
 class TlsConfig(_Strict):
@@ -169,9 +169,9 @@ def _cross_checks(data: dict[str, Any]) -> list[str]:
 
 
 def parse_config(data: Any, *, base_dir: Path | str = ".") -> NodeConfig:
-    """Validate a parsed document; raise ConfigError listing every problem."""
+    """Validate a parsed document; raise NodeConfigError listing every problem."""
     if not isinstance(data, dict):
-        raise ConfigError(["(root): must be a mapping"])
+        raise NodeConfigError(["(root): must be a mapping"])
     errors: list[str] = []
     config: NodeConfig | None = None
     try:
@@ -180,7 +180,7 @@ def parse_config(data: Any, *, base_dir: Path | str = ".") -> NodeConfig:
         errors.extend(_format(exc))
     errors.extend(_cross_checks(data))
     if errors or config is None:
-        raise ConfigError(errors)
+        raise NodeConfigError(errors)
     return config
 
 
@@ -190,9 +190,9 @@ def load_config(path: Path | str) -> NodeConfig:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError([f"(file): cannot read {path} ({exc.strerror})"]) from None
+        raise NodeConfigError([f"(file): cannot read {path} ({exc.strerror})"]) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError([f"(file): not valid YAML ({exc.__class__.__name__})"]) from None
+        raise NodeConfigError([f"(file): not valid YAML ({exc.__class__.__name__})"]) from None
     return parse_config(data, base_dir=path.resolve().parent)

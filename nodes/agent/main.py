@@ -10,7 +10,7 @@ import sys
 
 from nodes.agent import __version__
 from nodes.agent.client import NodeClient
-from nodes.agent.config import ConfigError, NodeConfig, load_config
+from nodes.agent.config import NodeConfig, NodeConfigError, load_config
 
 log = logging.getLogger("iop_node")
 
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         config = load_config(args.config)
-    except ConfigError as exc:
+    except NodeConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
     if args.check:

@@ -1,5 +1,5 @@
 """Per-run output: the first chunk goes out at once; chunks that arrive while a send is
-in progress are coalesced into the next run_event (FIELD-NOTES: fewer, fuller frames)."""
+in progress are coalesced into the next run_event (docs/performance.md: fewer, fuller frames)."""
 
 from __future__ import annotations
 

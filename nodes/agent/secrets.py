@@ -8,14 +8,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from nodes.wire import SecretRef
+from nodes.wire import SecretRefPayload
 
 
 class SecretError(ValueError):
     """A secret reference that cannot be resolved; the message names only the reference."""
 
 
-def resolve_secret(ref: SecretRef, *, what: str = "secret") -> str:
+def resolve_secret(ref: SecretRefPayload, *, what: str = "secret") -> str:
     """Return the secret's value, stripped of surrounding whitespace (a trailing newline
     in a key file is never part of the key)."""
     if (ref.env is None) == (ref.file is None):

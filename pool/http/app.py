@@ -1,8 +1,9 @@
-"""``OpenAIApp``: the OpenAI-compatible ASGI app on ``openai.listen`` (DESIGN: the hot path).
+"""``OpenAIApp``: the OpenAI-compatible ASGI app on ``openai.listen``.
 
-Per request: one snapshot identity check, header dict, auth by digest, bounded body, one
-JSON parse, one pool decision, one frame to the Node, then relay; one meter record at the
-end. No ORM, no Django, no logging except for a failure of the Edge itself.
+The hot path (docs/architecture.md). Per request: one snapshot identity check, header dict,
+auth by digest, bounded body, one JSON parse, one pool decision, one frame to the Node, then
+relay; one meter record at the end. No ORM, no Django, no logging except for a failure of the
+Edge itself.
 """
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ import logging
 import time
 from typing import Any
 
+from catalog.config import EdgeSnapshot
 from pool.http.body import ClientGone, read_body
 from pool.http.dispatch import dispatch
 from pool.http.errors import HttpError
+from pool.http.metrics import metrics_response, scrape_allowed
 from pool.http.operations import ENDPOINTS, Endpoint, ParsedRequest, Target, parse_request
+from pool.http.plane import DataPlane
 from pool.http.relay import DisconnectWatch, Exchange
 from pool.http.tables import Tables
 from pool.metering import RequestRecord
@@ -29,9 +33,9 @@ MODELS_PREFIX = "/v1/models/"
 class OpenAIApp:
     """Serves /v1/* (and /metrics with a scrape token) through the provider pool."""
 
-    def __init__(self, runtime: Any) -> None:
+    def __init__(self, runtime: DataPlane) -> None:
         self.runtime = runtime
-        self._snapshot: Any = None
+        self._snapshot: EdgeSnapshot | None = None
         self._tables: Tables | None = None
 
     def tables(self) -> Tables:
@@ -134,8 +138,6 @@ class OpenAIApp:
 
     async def _metrics(self, scope: dict[str, Any], send: Any) -> None:
         """The Prometheus scrape, only with the configured ``openai.metrics_token``."""
-        from pool.metrics import metrics_response, scrape_allowed
-
         ex = Exchange(send, False)
         if self.runtime.snapshot.metrics_token is None:
             await ex.fail(HttpError("not_found"))

@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
-from typing import Any
 
+from catalog.config import EdgeSnapshot, SecretRef
 from pool.http.errors import HttpError
 
 log = logging.getLogger("iop.http")
@@ -47,7 +47,7 @@ class AuthTable:
 
     __slots__ = ("_by_digest",)
 
-    def __init__(self, snapshot: Any) -> None:
+    def __init__(self, snapshot: EdgeSnapshot) -> None:
         by_digest: dict[str, Caller] = {}
         if snapshot.bearer_token is not None:
             digest = secret_digest(snapshot.bearer_token, "openai.bearer_token")
@@ -69,7 +69,7 @@ class AuthTable:
         raise HttpError("invalid_api_key")
 
 
-def secret_digest(ref: Any, path: str) -> str | None:
+def secret_digest(ref: SecretRef, path: str) -> str | None:
     """sha256 hex of a configured secret, or None (logged once per snapshot) if unreadable."""
     try:
         return _digest(ref.resolve().encode())
@@ -83,7 +83,7 @@ class ProviderAuthRule:
 
     __slots__ = ("_header", "_managed", "enabled", "from_header", "required", "scheme", "target")
 
-    def __init__(self, snapshot: Any) -> None:
+    def __init__(self, snapshot: EdgeSnapshot) -> None:
         config = snapshot.provider_auth
         self._managed = bool(snapshot.credential_plane_enabled)
         self.enabled = bool(config.enabled) and not self._managed

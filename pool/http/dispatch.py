@@ -2,27 +2,27 @@
 
 The lease is released in ``finally``, synchronously and exactly once, whatever ends the
 request: success, an upstream error, a Node going away, or the client disconnecting (the
-request task is then cancelled, while queued or while running; FIELD-NOTES: asyncio and
-leases). A run still going on its Node is cancelled there by ``hub.close_run``.
+request task is then cancelled, while queued or while running; docs/architecture.md:
+leases and cancellation). A run still going on its Node is cancelled there by ``hub.close_run``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from nodes.hub import NodeUnavailable
-from nodes.runs import RunChannel, RunSpec
+from nodes.runs import RunChannel, RunOrder
 from pool.engine.errors import PoolError
 from pool.http.errors import HttpError, from_pool_error
 from pool.http.operations import ParsedRequest, Target, upstream_body
+from pool.http.plane import DataPlane
 from pool.http.relay import Exchange, relay_stream, relay_whole
 
 TargetOf = Callable[[str, str], Target | None]
 
 
 async def dispatch(
-    runtime: Any,
+    runtime: DataPlane,
     request: ParsedRequest,
     *,
     long: bool,
@@ -42,7 +42,7 @@ async def dispatch(
         target = target_of(request.model, lease.provider_id)
         if target is None:  # the mapping went away in a refresh between admission and here
             raise HttpError("no_available_provider")
-        spec = RunSpec(
+        spec = RunOrder(
             tunnel=target.tunnel,
             operation=request.endpoint.operation,
             stream=request.stream,

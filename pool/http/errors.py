@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from edgekit.http import error_body
 from nodes import wire
 from pool.engine.errors import PoolError
 
@@ -107,14 +108,7 @@ def from_run_error(error: wire.RunError | None) -> HttpError:
 
 
 def openai_body(err: HttpError) -> dict[str, Any]:
-    return {
-        "error": {
-            "message": err.message,
-            "type": err.row.openai_type,
-            "param": err.param,
-            "code": err.code,
-        }
-    }
+    return error_body(err.code, err.message, type=err.row.openai_type, param=err.param)
 
 
 def anthropic_body(err: HttpError) -> dict[str, Any]:

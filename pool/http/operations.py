@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from catalog.config import EdgeSnapshot, ProviderSpec
 from pool.http.errors import HttpError
 
 # Fields that would let a caller choose the upstream or carry a provider key in the body:
@@ -139,7 +140,7 @@ class Target:
     silence_s: float = 600.0  # no output from the Node for this long: the run is abandoned
 
 
-def build_targets(snapshot: Any) -> dict[tuple[str, str], Target]:
+def build_targets(snapshot: EdgeSnapshot) -> dict[tuple[str, str], Target]:
     """(model group, provider id) -> Target, for every mapping in the catalog.
 
     The upstream model is the served name the catalog gives the provider for the group
@@ -166,7 +167,7 @@ def build_targets(snapshot: Any) -> dict[tuple[str, str], Target]:
 NODE_SILENCE_GRACE_S = 30.0
 
 
-def silence_limit(spec: Any) -> float:
+def silence_limit(spec: ProviderSpec) -> float:
     """How long the Edge waits for a run's next output before it gives up on the Node.
 
     The Node enforces the provider's own first-byte and idle timeouts (or a CLI run's whole

@@ -1,22 +1,18 @@
 """Sending responses: whole bodies, relayed streams, errors, and the client-disconnect watch.
 
 Under daphne a ``send`` to a gone client is dropped silently and the app learns of the
-disconnect only from ``receive()`` (FIELD-NOTES: streaming under daphne), so every dispatched
-request runs beside a ``DisconnectWatch``.
+disconnect only from ``receive()`` (docs/architecture.md: streaming under daphne), so
+every dispatched request runs beside a ``DisconnectWatch``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any
 
+from edgekit.http import Receive, Send
 from nodes import wire
 from nodes.runs import RunChannel
-from pool.http.body import Receive
 from pool.http.errors import HttpError, error_json, from_run_error, stream_error_event
-
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 PING_INTERVAL_S = 15.0  # an idle stream gets an SSE comment so a dead peer surfaces
 PING = b": ping\n\n"

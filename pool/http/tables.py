@@ -6,6 +6,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from catalog.config import EdgeSnapshot
 from pool.http.auth import AuthTable, ProviderAuthRule
 from pool.http.operations import Target, build_targets
 
@@ -42,7 +43,7 @@ class Tables:
         "targets",
     )
 
-    def __init__(self, snapshot: Any, started_at: float) -> None:
+    def __init__(self, snapshot: EdgeSnapshot, started_at: float) -> None:
         self.snapshot = snapshot
         self.auth = AuthTable(snapshot)
         self.provider_auth = ProviderAuthRule(snapshot)

@@ -3,14 +3,13 @@
 ``record()`` runs at the end of every request on the event loop: label lookups, counter
 increments and one dict update, no I/O. One task per meter writes the pending aggregates
 to the database every few seconds through a worker thread, so the ORM never runs on the
-request path (DESIGN: the hot path).
+request path (docs/architecture.md: the hot path).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -45,22 +44,12 @@ Writer = Callable[[dict[UsageKey, Counts], datetime | None], int]
 
 
 def usage_retention_days() -> int:
-    """Days of usage rows to keep: Django setting, else environment, else 90; 0 keeps all."""
+    """Days of usage rows to keep (the ``IOP_USAGE_RETENTION_DAYS`` setting); 0 keeps all."""
     from django.conf import settings
 
-    raw = getattr(settings, RETENTION_SETTING, None) if settings.configured else None
-    if raw is None:
-        raw = os.environ.get(RETENTION_SETTING, "")
-    if raw == "":
-        return DEFAULT_RETENTION_DAYS
-    try:
-        days = int(raw)
-    except (TypeError, ValueError):
-        raise ImproperlyConfigured(
-            f"{RETENTION_SETTING}: expected a whole number of days, got {raw!r}"
-        ) from None
-    if days < 0:
-        raise ImproperlyConfigured(f"{RETENTION_SETTING}: must be 0 (keep all) or more")
+    days = getattr(settings, RETENTION_SETTING, DEFAULT_RETENTION_DAYS)
+    if not isinstance(days, int) or isinstance(days, bool) or days < 0:
+        raise ImproperlyConfigured(f"{RETENTION_SETTING}: must be 0 (keep all) or more days")
     return days
 
 

@@ -8,12 +8,12 @@ transaction; a concurrent insert of the same key (another Edge process) retries 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from django.db import IntegrityError, connection, transaction
 
+from pool.metering.models import UsageBucket
 from pool.metering.pending import Counts, UsageKey
-from pool.models import UsageBucket
 
 _ATTEMPTS = 3
 _BATCH_SIZE = 500
@@ -38,11 +38,6 @@ def write_batch(batch: Mapping[UsageKey, Counts], *, prune_before: datetime | No
             if attempt == _ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-def retention_cutoff(now: datetime, days: int) -> datetime | None:
-    """The oldest bucket start kept for a retention of ``days`` (0 keeps everything)."""
-    return now - timedelta(days=days) if days > 0 else None
 
 
 def _take_write_lock() -> None:

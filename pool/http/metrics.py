@@ -1,8 +1,8 @@
 """GET /metrics: the meter's registry plus pool gauges read at scrape time (Prometheus text).
 
-Served on the loopback admin listener, and on the public listener only to a caller that
-presents the configured scrape token (``openai.metrics_token``). Labels carry ids and refs
-only, never a credential or raw token (R-REF-6, R-AUTH-6).
+Served on the loopback control listener (``admin.listen``), and on the public listener only
+to a caller that presents the configured scrape token (``openai.metrics_token``). Labels carry
+ids and refs only, never a credential or raw token (R-REF-6, R-AUTH-6).
 """
 
 from __future__ import annotations
@@ -10,16 +10,14 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import Collector
 
 from catalog.config.secrets import SecretUnavailableError
-
-if TYPE_CHECKING:
-    from pool.runtime import EdgeRuntime
+from pool.http.plane import DataPlane
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +32,7 @@ _PROVIDER_GAUGES = (
 class PoolCollector(Collector):
     """Pool gauges from one ``pool.snapshot()`` per scrape (R-POOL-8)."""
 
-    def __init__(self, runtime: EdgeRuntime) -> None:
+    def __init__(self, runtime: DataPlane) -> None:
         self._runtime = runtime
 
     def describe(self) -> list[Metric]:
@@ -82,12 +80,12 @@ class _Scrape(Collector):
             yield from collector.collect()
 
 
-def render_metrics(runtime: EdgeRuntime) -> bytes:
+def render_metrics(runtime: DataPlane) -> bytes:
     """The Prometheus text exposition (format 0.0.4) of the meter and the pool."""
     return generate_latest(_Scrape((runtime.meter.registry, PoolCollector(runtime))))
 
 
-async def metrics_response(runtime: EdgeRuntime, send: Any) -> None:
+async def metrics_response(runtime: DataPlane, send: Any) -> None:
     """Send a complete 200 response with the exposition text (ASGI)."""
     body = render_metrics(runtime)
     await send({
@@ -102,7 +100,7 @@ async def metrics_response(runtime: EdgeRuntime, send: Any) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def scrape_allowed(runtime: EdgeRuntime, headers: list[tuple[bytes, bytes]]) -> bool:
+def scrape_allowed(runtime: DataPlane, headers: list[tuple[bytes, bytes]]) -> bool:
     """True only when a scrape token is configured and ``Authorization: Bearer`` matches it."""
     ref = runtime.snapshot.metrics_token
     if ref is None:

@@ -1,4 +1,7 @@
-"""``POST /refresh`` on the loopback admin listener: dry-run or apply a candidate (R-REF-1).
+"""``POST /refresh`` on the loopback control listener: dry-run or apply a candidate (R-REF-1).
+
+The HTTP half only: read and parse the request, then call ``refresh.services`` once and answer
+with its report.
 
 Body: ``{"mode": "dry_run"|"apply", "config": {...}, "parent": <revision id, optional>}`` as
 JSON, or the config document itself as YAML/JSON text with ``?mode=`` (and ``?parent=``).
@@ -14,13 +17,22 @@ from urllib.parse import parse_qs
 from asgiref.sync import sync_to_async
 
 from catalog.config import ConfigError, parse_text
-from pool.adminapp import error_body, is_loopback_peer, send_json
+from edgekit.http import (
+    BadContentLength,
+    BodyTooLarge,
+    ClientGone,
+    error_body,
+    header,
+    is_loopback_peer,
+    read_body,
+    send_json,
+)
 from refresh import services
 from refresh.models import ConfigRevision
 from refresh.report import error_report
 
 if TYPE_CHECKING:
-    from pool.runtime import EdgeRuntime
+    from iop_site.runtime import EdgeRuntime
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 MODES = (services.DRY_RUN, services.APPLY)
@@ -29,10 +41,6 @@ AUTHOR = "POST /refresh"
 
 class BadRequest(Exception):
     """The request cannot be read as a refresh call; the message says why (no body echoed)."""
-
-
-class BodyTooLarge(Exception):
-    pass
 
 
 async def handle_refresh(
@@ -50,7 +58,7 @@ async def handle_refresh(
     query = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
     mode = query.get("mode", "")
     try:
-        body = await _read_body(receive)
+        body = await _read_body(scope, receive)
         mode, document, parent = _parse(scope, body, query)
     except BodyTooLarge:
         await send_json(
@@ -73,34 +81,27 @@ async def handle_refresh(
         outcome = await sync_to_async(services.apply_document)(
             runtime,
             document,
-            source=ConfigRevision.Source.REFRESH,
+            source=str(ConfigRevision.Source.REFRESH),
             author_label=AUTHOR,
             parent=parent,
         )
     await send_json(send, outcome.status, outcome.body)
 
 
-async def _read_body(receive: Any) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise BadRequest("the client went away before the body was complete")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise BodyTooLarge
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+async def _read_body(scope: dict[str, Any], receive: Any) -> bytes:
+    try:
+        return await read_body(
+            receive, header(scope.get("headers", ()), b"content-length"), MAX_BODY_BYTES
+        )
+    except ClientGone:
+        raise BadRequest("the client went away before the body was complete") from None
+    except BadContentLength:
+        raise BadRequest("Content-Length is not a number") from None
 
 
 def _content_type(scope: dict[str, Any]) -> str:
-    for name, value in scope.get("headers", ()):
-        if name.lower() == b"content-type":
-            return str(value.decode("latin-1").split(";")[0].strip().lower())
-    return ""
+    value = header(scope.get("headers", ()), b"content-type")
+    return "" if value is None else value.decode("latin-1").split(";")[0].strip().lower()
 
 
 def _parse(

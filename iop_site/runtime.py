@@ -1,7 +1,9 @@
-"""The Edge's running state: the active snapshot, the pool and the Node hub (no Django).
+"""The Edge's running state: the active snapshot, the pool, the Node hub and the meter.
 
-One object, created at start and passed to the ASGI apps; apply swaps the snapshot
-copy-on-write, keeps every lease and re-evaluates the queue (R-REF-3).
+One object, created once by ``iop_site.server.serve`` and passed to the ASGI apps (it is the
+``pool.http.DataPlane`` of the public surface and the ``edgekit.running.RunningEdge`` of the
+Django side); apply swaps the snapshot copy-on-write, keeps every lease and re-evaluates the
+queue (R-REF-3).
 """
 
 from __future__ import annotations
@@ -9,18 +11,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import Any
 
 from catalog.config import EdgeSnapshot
+from edgekit.running import ApplyOutcome
 from nodes.hub import NodeHub
 from pool.engine import ProviderPool
 from pool.metering import UsageMeter
 from pool.policy import policy_from_snapshot
 
-
-@dataclass(frozen=True, slots=True)
-class ApplyOutcome:
-    pushed_nodes: tuple[str, ...]
+__all__ = ["ApplyOutcome", "EdgeRuntime"]
 
 
 class EdgeRuntime:
@@ -49,6 +49,10 @@ class EdgeRuntime:
     @property
     def snapshot(self) -> EdgeSnapshot:
         return self._snapshot
+
+    def pool_status(self) -> dict[str, Any]:
+        """The pool snapshot as a dict (R-POOL-8); call it on the loop that owns the pool."""
+        return self.pool.snapshot().as_dict()
 
     async def apply(self, snapshot: EdgeSnapshot) -> ApplyOutcome:
         """Install an already validated and classified snapshot; applies are serialized."""

@@ -1,0 +1,110 @@
+"""JSON replies, the error body, bounded body reads and the loopback check, for every listener.
+
+Plain ASGI helpers: the public surface (``pool.http``), the control listener and the router
+in ``iop_site.asgi`` all answer through these, so an error looks the same on every port.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+HeaderList = Iterable[tuple[bytes, bytes]]
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request body was complete."""
+
+
+class BodyTooLarge(Exception):
+    """The body is, or declares itself, larger than ``limit`` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the body exceeds {limit} bytes")
+        self.limit = limit
+
+
+class BadContentLength(Exception):
+    """The Content-Length header is not a number."""
+
+
+def is_loopback_peer(scope: Mapping[str, Any]) -> bool:
+    """True when the socket peer is a loopback address; a forwarded-for header never counts."""
+    client = scope.get("client")
+    if not client:
+        return False
+    try:
+        return ipaddress.ip_address(client[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def error_body(
+    code: str, message: str, *, type: str = "invalid_request_error", param: str | None = None
+) -> dict[str, Any]:
+    """The OpenAI-shaped error object every listener answers with (docs/http-api.md)."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+async def send_json(send: Send, status: int, payload: Any, headers: HeaderList = ()) -> None:
+    """A complete JSON response (keys sorted, so reports read the same every time)."""
+    body = json.dumps(payload, sort_keys=True).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), *headers],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def read_body(receive: Receive, content_length: bytes | None, limit: int) -> bytes:
+    """The whole body, or ``BodyTooLarge`` as soon as it is known to exceed ``limit``.
+
+    A declared Content-Length over the limit is refused before reading; a chunked (or
+    understated) body is counted as it arrives and refused the moment it passes the limit.
+    """
+    if content_length is not None:
+        try:
+            declared = int(content_length)
+        except ValueError:
+            raise BadContentLength from None
+        if declared > limit:
+            raise BodyTooLarge(limit)
+    message = await receive()
+    if message["type"] != "http.request":
+        raise ClientGone
+    body: bytes = message.get("body", b"")
+    if not message.get("more_body", False):  # the common case: one message, no copy
+        if len(body) > limit:
+            raise BodyTooLarge(limit)
+        return body
+    parts = [body]
+    size = len(body)
+    while True:
+        if size > limit:
+            raise BodyTooLarge(limit)
+        message = await receive()
+        if message["type"] != "http.request":
+            raise ClientGone
+        chunk = message.get("body", b"")
+        parts.append(chunk)
+        size += len(chunk)
+        if not message.get("more_body", False):
+            break
+    if size > limit:
+        raise BodyTooLarge(limit)
+    return b"".join(parts)
+
+
+def header(headers: HeaderList, name: bytes) -> bytes | None:
+    """The first value of header ``name`` (lower-case), or None."""
+    for key, value in headers:
+        if key.lower() == name:
+            return value
+    return None

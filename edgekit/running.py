@@ -1,0 +1,53 @@
+"""The handle on the Edge running in this process, for Django views (docs/architecture.md).
+
+``iop_site`` builds the runtime and attaches it at start; the refresh admin, the REST API
+and the status pages read it here, so no app imports ``iop_site`` back. Without a running
+Edge (``manage.py`` commands, a Django-only process) there is none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from catalog.config import EdgeSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyOutcome:
+    pushed_nodes: tuple[str, ...]
+
+
+class RunningEdge(Protocol):
+    """What the Django side may do with the running Edge."""
+
+    @property
+    def snapshot(self) -> EdgeSnapshot: ...
+
+    async def apply(self, snapshot: EdgeSnapshot) -> ApplyOutcome: ...
+
+    def pool_status(self) -> dict[str, Any]: ...
+
+
+class EdgeNotRunning(RuntimeError):
+    """No Edge runtime runs in this process."""
+
+
+_current: RunningEdge | None = None
+
+
+def attach_runtime(runtime: RunningEdge | None) -> None:
+    global _current
+    _current = runtime
+
+
+def running_edge() -> RunningEdge | None:
+    """The Edge runtime of this process, or None when only Django runs here."""
+    return _current
+
+
+def get_runtime() -> RunningEdge:
+    if _current is None:
+        raise EdgeNotRunning("the Edge runtime is not running in this process")
+    return _current
