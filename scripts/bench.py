@@ -2,7 +2,7 @@
 
 Everything on 127.0.0.1: a fast upstream (scripts/bench_upstream.py), the bare one-hop proxy
 (scripts/bench_proxy.py: daphne + aiohttp) and a real Edge with a real Node
-(tests.harness.Stack). wrk drives throughput and latency; a raw asyncio probe times stream
+(tests.support.Stack). wrk drives throughput and latency; a raw asyncio probe times stream
 first bytes. Non-stream and stream at concurrency 1, 16 and 64. Reports, never asserts.
 See docs/performance.md.
 """
@@ -34,7 +34,7 @@ from bench_client import (  # noqa: E402
 from bench_report import Row, render  # noqa: E402
 from bench_upstream import EVENTS  # noqa: E402
 
-from tests.harness import Stack, free_port  # noqa: E402
+from tests.support import Stack, free_port  # noqa: E402
 
 CONCURRENCY = (1, 16, 64)
 BODIES = {

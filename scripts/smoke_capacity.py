@@ -1,6 +1,6 @@
 """Capacity smoke: two model aliases share one capacity-1 provider, end to end.
 
-Starts an Edge, a Node and a loopback OpenAI-compatible upstream (``tests.harness.Stack``),
+Starts an Edge, a Node and a loopback OpenAI-compatible upstream (``tests.support.Stack``),
 sends N concurrent requests across both aliases (every other one streamed) and checks:
 
 - every request completes with 200 and a whole answer;
@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
 
 import aiohttp  # noqa: E402
 
-from tests.harness import Stack  # noqa: E402
+from tests.support import Stack  # noqa: E402
 
 PROVIDER = "p-shared"
 ALIASES = {"alias-a": "served-a", "alias-b": "served-b"}
@@ -61,7 +61,7 @@ async def _one(session: aiohttp.ClientSession, stack: Stack, i: int, seen: Obser
 async def _watch(session: aiohttp.ClientSession, stack: Stack, seen: Observed) -> None:
     """Sample the pool while the load runs: the provider never holds more than capacity."""
     while True:
-        async with session.get(stack.admin_url + "/pool") as resp:
+        async with session.get(stack.control_url + "/pool") as resp:
             snap: dict[str, Any] = await resp.json()
         row = next(p for p in snap["providers"] if p["provider_id"] == PROVIDER)
         seen.peak_in_flight = max(seen.peak_in_flight, row["in_flight"])

@@ -1,8 +1,10 @@
-"""Shared fixtures."""
+"""Shared fixtures: the autouse one below, and those of ``tests.support.fixtures``."""
 
 from __future__ import annotations
 
 import pytest
+
+pytest_plugins = ["tests.support.fixtures"]
 
 
 @pytest.fixture(autouse=True)
@@ -16,36 +18,3 @@ def _close_sync_thread_connections(request):
     from django.db import connections
 
     SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=10)
-
-
-# Clients of an end-to-end Edge, for test modules that define a ``stack`` fixture
-# (tests.harness.Stack). No retries: a test sees exactly what the Edge answered.
-
-
-@pytest.fixture
-def http(stack):
-    import httpx
-
-    headers = {"authorization": f"Bearer {stack.token}"}
-    with httpx.Client(base_url=stack.openai_url, timeout=20, headers=headers) as client:
-        yield client
-
-
-@pytest.fixture
-def oai(stack):
-    import openai
-
-    with openai.OpenAI(
-        base_url=stack.v1_url, api_key=stack.token, max_retries=0, timeout=20
-    ) as client:
-        yield client
-
-
-@pytest.fixture
-def ant(stack):
-    import anthropic
-
-    with anthropic.Anthropic(
-        base_url=stack.openai_url, api_key=stack.token, max_retries=0, timeout=20
-    ) as client:
-        yield client

@@ -12,8 +12,8 @@ import pytest
 from nodes import wire
 from nodes.agent.adapters.base import AdapterError, RunSpec
 from nodes.agent.adapters.cli import CliAdapter, render_prompt
-from tests.fakes.payloads import chat_body, cli_provider
-from tests.fakes.procs import alive, reaped, wait_exit
+from tests.support.payloads import chat_body, cli_provider
+from tests.support.pids import alive, reaped, wait_exit
 
 
 def spec(body: object, *, stream: bool) -> RunSpec:

@@ -11,23 +11,8 @@ import pytest
 
 from nodes import wire
 from nodes.agent.adapters.base import AdapterError, RunSpec
-from nodes.agent.adapters.http import HttpClient
 from nodes.agent.adapters.ollama import OllamaAdapter
-from tests.fakes import FakeOllama
-from tests.fakes.payloads import chat_body, ollama_provider
-
-
-@pytest.fixture
-async def upstream():
-    async with FakeOllama() as server:
-        yield server
-
-
-@pytest.fixture
-async def http():
-    client = HttpClient()
-    yield client
-    await client.aclose()
+from tests.support.payloads import chat_body, ollama_provider
 
 
 def spec(body: object, *, stream: bool, operation: str = "chat_completions") -> RunSpec:
@@ -51,9 +36,9 @@ async def collect(adapter: OllamaAdapter, request: RunSpec) -> tuple[str, wire.U
     return "".join(parts), usage
 
 
-async def test_stream_becomes_openai_chunks_with_usage_and_done(upstream, http):
-    upstream.prompt_eval_count, upstream.eval_count = 19, 8
-    adapter = OllamaAdapter(ollama_provider(upstream.url), http)
+async def test_stream_becomes_openai_chunks_with_usage_and_done(fake_ollama, upstream_client):
+    fake_ollama.prompt_eval_count, fake_ollama.eval_count = 19, 8
+    adapter = OllamaAdapter(ollama_provider(fake_ollama.url), upstream_client)
     text, usage = await collect(
         adapter, spec(chat_body(model="llama3:8b", stream=True), stream=True)
     )
@@ -63,7 +48,7 @@ async def test_stream_becomes_openai_chunks_with_usage_and_done(upstream, http):
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
-    assert content == upstream.reply_text
+    assert content == fake_ollama.reply_text
     assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
     assert chunks[-1]["choices"] == []
     assert chunks[-1]["usage"] == {"prompt_tokens": 19, "completion_tokens": 8, "total_tokens": 27}
@@ -71,8 +56,8 @@ async def test_stream_becomes_openai_chunks_with_usage_and_done(upstream, http):
     assert {c["model"] for c in chunks} == {"llama3:8b"}
 
 
-async def test_request_is_translated_to_api_chat(upstream, http):
-    adapter = OllamaAdapter(ollama_provider(upstream.url), http)
+async def test_request_is_translated_to_api_chat(fake_ollama, upstream_client):
+    adapter = OllamaAdapter(ollama_provider(fake_ollama.url), upstream_client)
     body = {
         "model": "llama3:8b",
         "messages": [
@@ -92,8 +77,8 @@ async def test_request_is_translated_to_api_chat(upstream, http):
         "response_format": {"type": "json_object"},
     }
     await collect(adapter, spec(body, stream=False))
-    sent = upstream.requests[0].json
-    assert upstream.requests[0].path == "/api/chat"
+    sent = fake_ollama.requests[0].json
+    assert fake_ollama.requests[0].path == "/api/chat"
     assert sent["model"] == "llama3:8b" and sent["stream"] is False
     assert sent["messages"] == [
         {"role": "system", "content": "Be brief."},
@@ -103,20 +88,23 @@ async def test_request_is_translated_to_api_chat(upstream, http):
     assert sent["format"] == "json"
 
 
-async def test_non_stream_returns_one_chat_completion_with_usage(upstream, http):
-    upstream.prompt_eval_count, upstream.eval_count = 4, 6
-    adapter = OllamaAdapter(ollama_provider(upstream.url), http)
+async def test_non_stream_returns_one_chat_completion_with_usage(fake_ollama, upstream_client):
+    fake_ollama.prompt_eval_count, fake_ollama.eval_count = 4, 6
+    adapter = OllamaAdapter(ollama_provider(fake_ollama.url), upstream_client)
     text, usage = await collect(adapter, spec(chat_body(model="llama3:8b"), stream=False))
     reply = json.loads(text)
     assert reply["object"] == "chat.completion"
-    assert reply["choices"][0]["message"] == {"role": "assistant", "content": upstream.reply_text}
+    assert reply["choices"][0]["message"] == {
+        "role": "assistant",
+        "content": fake_ollama.reply_text,
+    }
     assert reply["choices"][0]["finish_reason"] == "stop"
     assert reply["usage"]["prompt_tokens"] == 4 and reply["usage"]["completion_tokens"] == 6
     assert usage == wire.Usage(input_tokens=4, output_tokens=6)
 
 
-async def test_tool_calls_become_openai_tool_calls(upstream, http):
-    adapter = OllamaAdapter(ollama_provider(upstream.url), http)
+async def test_tool_calls_become_openai_tool_calls(fake_ollama, upstream_client):
+    adapter = OllamaAdapter(ollama_provider(fake_ollama.url), upstream_client)
     tools = [{"type": "function", "function": {"name": "weather", "parameters": {}}}]
     text, _ = await collect(adapter, spec(chat_body(stream=True, tools=tools), stream=True))
     chunks = sse_events(text)[:-1]
@@ -129,44 +117,46 @@ async def test_tool_calls_become_openai_tool_calls(upstream, http):
     call = calls[0][0]
     assert call["index"] == 0 and call["type"] == "function"
     assert call["function"]["name"] == "weather"
-    assert json.loads(call["function"]["arguments"]) == upstream.tool_arguments
+    assert json.loads(call["function"]["arguments"]) == fake_ollama.tool_arguments
     assert chunks[-2]["choices"][0]["finish_reason"] == "tool_calls"
-    assert upstream.requests[0].json["tools"] == tools
+    assert fake_ollama.requests[0].json["tools"] == tools
 
     text, _ = await collect(adapter, spec(chat_body(tools=tools), stream=False))
     message = json.loads(text)["choices"][0]["message"]
     assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == {"city": "Seoul"}
 
 
-async def test_ollama_error_status_is_upstream_error(upstream, http):
-    upstream.faults.status = 404
-    upstream.faults.error_message = 'model "nope" not found, try pulling it first'
-    adapter = OllamaAdapter(ollama_provider(upstream.url), http)
+async def test_ollama_error_status_is_upstream_error(fake_ollama, upstream_client):
+    fake_ollama.faults.status = 404
+    fake_ollama.faults.error_message = 'model "nope" not found, try pulling it first'
+    adapter = OllamaAdapter(ollama_provider(fake_ollama.url), upstream_client)
     with pytest.raises(AdapterError) as err:
         await collect(adapter, spec(chat_body(model="nope", stream=True), stream=True))
     assert (err.value.code, err.value.status) == ("upstream_error", 404)
     assert "not found" in err.value.message
 
 
-async def test_first_byte_timeout(upstream, http):
-    upstream.faults.stall_before_first_byte = math.inf
-    adapter = OllamaAdapter(ollama_provider(upstream.url, first_byte_timeout_s=0.3), http)
+async def test_first_byte_timeout(fake_ollama, upstream_client):
+    fake_ollama.faults.stall_before_first_byte = math.inf
+    adapter = OllamaAdapter(
+        ollama_provider(fake_ollama.url, first_byte_timeout_s=0.3), upstream_client
+    )
     with pytest.raises(AdapterError) as err:
         await collect(adapter, spec(chat_body(stream=True), stream=True))
     assert err.value.code == "upstream_timeout"
 
 
-async def test_stream_ending_without_done_is_an_error(upstream, http):
-    upstream.faults.drop_mid_stream = True
-    adapter = OllamaAdapter(ollama_provider(upstream.url), http)
+async def test_stream_ending_without_done_is_an_error(fake_ollama, upstream_client):
+    fake_ollama.faults.drop_mid_stream = True
+    adapter = OllamaAdapter(ollama_provider(fake_ollama.url), upstream_client)
     with pytest.raises(AdapterError) as err:
         await collect(adapter, spec(chat_body(stream=True), stream=True))
     assert err.value.code == "upstream_error"
 
 
-async def test_cancel_closes_the_ollama_connection(upstream, http):
-    upstream.faults.stall_mid_stream = math.inf
-    adapter = OllamaAdapter(ollama_provider(upstream.url), http)
+async def test_cancel_closes_the_ollama_connection(fake_ollama, upstream_client):
+    fake_ollama.faults.stall_mid_stream = math.inf
+    adapter = OllamaAdapter(ollama_provider(fake_ollama.url), upstream_client)
     first = asyncio.Event()
     task = asyncio.create_task(
         adapter.run(spec(chat_body(stream=True), stream=True), lambda _t: first.set())
@@ -177,13 +167,13 @@ async def test_cancel_closes_the_ollama_connection(upstream, http):
     with pytest.raises(asyncio.CancelledError):
         await task
     async with asyncio.timeout(5):
-        await upstream.disconnected.wait()
+        await fake_ollama.disconnected.wait()
 
 
-async def test_invalid_body_is_bad_request(upstream, http):
-    adapter = OllamaAdapter(ollama_provider(upstream.url), http)
+async def test_invalid_body_is_bad_request(fake_ollama, upstream_client):
+    adapter = OllamaAdapter(ollama_provider(fake_ollama.url), upstream_client)
     request = RunSpec(run_id="r", operation="chat_completions", stream=False, body=b"{nope")
     with pytest.raises(AdapterError) as err:
         await adapter.run(request, lambda _t: None)
     assert err.value.code == "bad_request"
-    assert upstream.requests == []
+    assert fake_ollama.requests == []

@@ -13,25 +13,10 @@ import pytest
 
 from nodes import wire
 from nodes.agent.adapters.base import AdapterError, RunSpec
-from nodes.agent.adapters.http import HttpClient
 from nodes.agent.adapters.openai_compat import OpenAICompatAdapter
-from tests.fakes import FakeOpenAI
-from tests.fakes.payloads import chat_body, openai_provider
+from tests.support.payloads import chat_body, openai_provider
 
 SECRET = "sk-test-credential-abcdef123456"
-
-
-@pytest.fixture
-async def upstream():
-    async with FakeOpenAI() as server:
-        yield server
-
-
-@pytest.fixture
-async def http():
-    client = HttpClient()
-    yield client
-    await client.aclose()
 
 
 def spec(operation: str, body: object, *, stream: bool = False, **kw: object) -> RunSpec:
@@ -55,21 +40,25 @@ class Sink:
         return "".join(self.parts)
 
 
-async def test_chat_stream_relays_upstream_text_exactly_and_reads_usage(upstream, http):
-    upstream.reply_text = "Héllo wörld — 你好 \u2028 emoji 🎉 end"
-    upstream.prompt_tokens, upstream.completion_tokens = 23, 9
-    adapter = OpenAICompatAdapter(openai_provider(upstream.url), http)
+async def test_chat_stream_relays_upstream_text_exactly_and_reads_usage(
+    fake_openai, upstream_client
+):
+    fake_openai.reply_text = "Héllo wörld — 你好 \u2028 emoji 🎉 end"
+    fake_openai.prompt_tokens, fake_openai.completion_tokens = 23, 9
+    adapter = OpenAICompatAdapter(openai_provider(fake_openai.url), upstream_client)
     sink = Sink()
     body = chat_body(stream=True, stream_options={"include_usage": True})
     usage = await adapter.run(spec("chat_completions", body, stream=True), sink)
-    assert sink.text == upstream.requests[0].response.decode()
+    assert sink.text == fake_openai.requests[0].response.decode()
     assert usage == wire.Usage(input_tokens=23, output_tokens=9)
-    assert upstream.requests[0].json == body  # the body went upstream as is
+    assert fake_openai.requests[0].json == body  # the body went upstream as is
 
 
-async def test_chat_stream_chunks_are_relayed_before_the_upstream_finishes(upstream, http):
-    upstream.faults.stall_mid_stream = math.inf
-    adapter = OpenAICompatAdapter(openai_provider(upstream.url), http)
+async def test_chat_stream_chunks_are_relayed_before_the_upstream_finishes(
+    fake_openai, upstream_client
+):
+    fake_openai.faults.stall_mid_stream = math.inf
+    adapter = OpenAICompatAdapter(openai_provider(fake_openai.url), upstream_client)
     sink = Sink()
     task = asyncio.create_task(
         adapter.run(spec("chat_completions", chat_body(stream=True), stream=True), sink)
@@ -77,57 +66,63 @@ async def test_chat_stream_chunks_are_relayed_before_the_upstream_finishes(upstr
     async with asyncio.timeout(5):
         await sink.first.wait()
     assert "chat.completion.chunk" in sink.text
-    assert not task.done() and upstream.current == 1  # upstream still mid-response
+    assert not task.done() and fake_openai.current == 1  # upstream still mid-response
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
 
 
-async def test_chat_non_stream_with_tool_call_returns_body_and_usage(upstream, http):
-    upstream.prompt_tokens, upstream.completion_tokens = 31, 4
-    adapter = OpenAICompatAdapter(openai_provider(upstream.url), http)
+async def test_chat_non_stream_with_tool_call_returns_body_and_usage(fake_openai, upstream_client):
+    fake_openai.prompt_tokens, fake_openai.completion_tokens = 31, 4
+    adapter = OpenAICompatAdapter(openai_provider(fake_openai.url), upstream_client)
     sink = Sink()
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
     usage = await adapter.run(spec("chat_completions", chat_body(tools=tools)), sink)
     reply = json.loads(sink.text)
-    assert sink.text == upstream.requests[0].response.decode()
+    assert sink.text == fake_openai.requests[0].response.decode()
     call = reply["choices"][0]["message"]["tool_calls"][0]
-    assert call["function"] == {"name": "get_weather", "arguments": upstream.tool_arguments}
+    assert call["function"] == {"name": "get_weather", "arguments": fake_openai.tool_arguments}
     assert usage == wire.Usage(input_tokens=31, output_tokens=4)
 
 
-async def test_chat_stream_with_tool_calls_is_relayed_unchanged(upstream, http):
-    adapter = OpenAICompatAdapter(openai_provider(upstream.url), http)
+async def test_chat_stream_with_tool_calls_is_relayed_unchanged(fake_openai, upstream_client):
+    adapter = OpenAICompatAdapter(openai_provider(fake_openai.url), upstream_client)
     sink = Sink()
     tools = [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]
     await adapter.run(
         spec("chat_completions", chat_body(stream=True, tools=tools), stream=True), sink
     )
-    assert sink.text == upstream.requests[0].response.decode()
+    assert sink.text == fake_openai.requests[0].response.decode()
     assert '"finish_reason":"tool_calls"' in sink.text
 
 
-async def test_responses_stream_usage_comes_from_response_completed(upstream, http):
-    upstream.prompt_tokens, upstream.completion_tokens = 17, 6
-    adapter = OpenAICompatAdapter(openai_provider(upstream.url, driver="openai_responses"), http)
+async def test_responses_stream_usage_comes_from_response_completed(fake_openai, upstream_client):
+    fake_openai.prompt_tokens, fake_openai.completion_tokens = 17, 6
+    adapter = OpenAICompatAdapter(
+        openai_provider(fake_openai.url, driver="openai_responses"), upstream_client
+    )
     sink = Sink()
     body = {"model": "fake-model", "input": "hi", "stream": True}
     usage = await adapter.run(spec("responses", body, stream=True), sink)
-    assert sink.text == upstream.requests[0].response.decode()
+    assert sink.text == fake_openai.requests[0].response.decode()
     assert usage == wire.Usage(input_tokens=17, output_tokens=6)
 
 
-async def test_responses_non_stream_usage(upstream, http):
-    upstream.prompt_tokens, upstream.completion_tokens = 5, 3
-    adapter = OpenAICompatAdapter(openai_provider(upstream.url, driver="openai_responses"), http)
+async def test_responses_non_stream_usage(fake_openai, upstream_client):
+    fake_openai.prompt_tokens, fake_openai.completion_tokens = 5, 3
+    adapter = OpenAICompatAdapter(
+        openai_provider(fake_openai.url, driver="openai_responses"), upstream_client
+    )
     usage = await adapter.run(spec("responses", {"model": "m", "input": "hi"}), Sink())
     assert usage == wire.Usage(input_tokens=5, output_tokens=3)
 
 
-async def test_anthropic_stream_usage_from_message_start_and_message_delta(upstream, http):
-    upstream.prompt_tokens, upstream.completion_tokens = 40, 12
-    provider = openai_provider(upstream.url, driver="anthropic_messages")
-    adapter = OpenAICompatAdapter(provider, http)
+async def test_anthropic_stream_usage_from_message_start_and_message_delta(
+    fake_openai, upstream_client
+):
+    fake_openai.prompt_tokens, fake_openai.completion_tokens = 40, 12
+    provider = openai_provider(fake_openai.url, driver="anthropic_messages")
+    adapter = OpenAICompatAdapter(provider, upstream_client)
     sink = Sink()
     body = {
         "model": "claude",
@@ -136,14 +131,16 @@ async def test_anthropic_stream_usage_from_message_start_and_message_delta(upstr
         "messages": [{"role": "user", "content": "hi"}],
     }
     usage = await adapter.run(spec("messages", body, stream=True), sink)
-    assert sink.text == upstream.requests[0].response.decode()
+    assert sink.text == fake_openai.requests[0].response.decode()
     assert "event: message_start" in sink.text
     assert usage == wire.Usage(input_tokens=40, output_tokens=12)
 
 
-async def test_anthropic_non_stream_and_count_tokens(upstream, http):
-    upstream.prompt_tokens, upstream.completion_tokens = 8, 2
-    adapter = OpenAICompatAdapter(openai_provider(upstream.url, driver="anthropic_messages"), http)
+async def test_anthropic_non_stream_and_count_tokens(fake_openai, upstream_client):
+    fake_openai.prompt_tokens, fake_openai.completion_tokens = 8, 2
+    adapter = OpenAICompatAdapter(
+        openai_provider(fake_openai.url, driver="anthropic_messages"), upstream_client
+    )
     body = {"model": "claude", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}]}
     assert await adapter.run(spec("messages", body), Sink()) == wire.Usage(
         input_tokens=8, output_tokens=2
@@ -151,37 +148,41 @@ async def test_anthropic_non_stream_and_count_tokens(upstream, http):
     sink = Sink()
     assert await adapter.run(spec("count_tokens", body), sink) is None  # not a generation
     assert json.loads(sink.text) == {"input_tokens": 8}
-    assert upstream.requests[-1].path == "/v1/messages/count_tokens"
+    assert fake_openai.requests[-1].path == "/v1/messages/count_tokens"
 
 
-async def test_models_operation_is_a_get_without_usage(upstream, http):
-    adapter = OpenAICompatAdapter(openai_provider(upstream.url), http)
+async def test_models_operation_is_a_get_without_usage(fake_openai, upstream_client):
+    adapter = OpenAICompatAdapter(openai_provider(fake_openai.url), upstream_client)
     sink = Sink()
     assert await adapter.run(spec("models", None), sink) is None
-    assert upstream.requests[0].method == "GET"
-    assert [m["id"] for m in json.loads(sink.text)["data"]] == upstream.models
+    assert fake_openai.requests[0].method == "GET"
+    assert [m["id"] for m in json.loads(sink.text)["data"]] == fake_openai.models
 
 
-async def test_operation_the_provider_lacks_is_bad_request(upstream, http):
-    adapter = OpenAICompatAdapter(openai_provider(upstream.url, driver="openai_responses"), http)
+async def test_operation_the_provider_lacks_is_bad_request(fake_openai, upstream_client):
+    adapter = OpenAICompatAdapter(
+        openai_provider(fake_openai.url, driver="openai_responses"), upstream_client
+    )
     with pytest.raises(AdapterError) as err:
         await adapter.run(spec("messages", {}), Sink())
     assert err.value.code == "bad_request"
-    assert upstream.requests == []
+    assert fake_openai.requests == []
 
 
-async def test_large_sse_line_is_relayed_intact(upstream, http):
-    upstream.reply_text = "x" * 400_000  # one 400 kB data: line (over aiohttp's 128 KiB)
-    adapter = OpenAICompatAdapter(openai_provider(upstream.url), http)
+async def test_large_sse_line_is_relayed_intact(fake_openai, upstream_client):
+    fake_openai.reply_text = "x" * 400_000  # one 400 kB data: line (over aiohttp's 128 KiB)
+    adapter = OpenAICompatAdapter(openai_provider(fake_openai.url), upstream_client)
     sink = Sink()
     await adapter.run(spec("chat_completions", chat_body(stream=True), stream=True), sink)
-    assert sink.text == upstream.requests[0].response.decode()
+    assert sink.text == fake_openai.requests[0].response.decode()
 
 
-async def test_non_2xx_is_upstream_error_with_status_and_upstream_message(upstream, http):
-    upstream.faults.status = 503
-    upstream.faults.error_message = "overloaded, try later"
-    adapter = OpenAICompatAdapter(openai_provider(upstream.url), http)
+async def test_non_2xx_is_upstream_error_with_status_and_upstream_message(
+    fake_openai, upstream_client
+):
+    fake_openai.faults.status = 503
+    fake_openai.faults.error_message = "overloaded, try later"
+    adapter = OpenAICompatAdapter(openai_provider(fake_openai.url), upstream_client)
     with pytest.raises(AdapterError) as err:
         await adapter.run(spec("chat_completions", chat_body()), Sink())
     assert err.value.code == "upstream_error"
@@ -190,30 +191,34 @@ async def test_non_2xx_is_upstream_error_with_status_and_upstream_message(upstre
     assert err.value.message == "upstream returned HTTP 503: overloaded, try later"
 
 
-async def test_upstream_error_message_is_truncated_to_300_chars(upstream, http):
-    upstream.faults.status = 400
-    upstream.faults.error_message = "y" * 1000
-    adapter = OpenAICompatAdapter(openai_provider(upstream.url), http)
+async def test_upstream_error_message_is_truncated_to_300_chars(fake_openai, upstream_client):
+    fake_openai.faults.status = 400
+    fake_openai.faults.error_message = "y" * 1000
+    adapter = OpenAICompatAdapter(openai_provider(fake_openai.url), upstream_client)
     with pytest.raises(AdapterError) as err:
         await adapter.run(spec("chat_completions", chat_body()), Sink())
     assert err.value.message.count("y") == 300
     assert (err.value.status, err.value.retryable) == (400, False)
 
 
-async def test_first_byte_timeout_is_upstream_timeout_and_closes_upstream(upstream, http):
-    upstream.faults.stall_before_first_byte = math.inf
-    adapter = OpenAICompatAdapter(openai_provider(upstream.url, first_byte_timeout_s=0.3), http)
+async def test_first_byte_timeout_is_upstream_timeout_and_closes_upstream(
+    fake_openai, upstream_client
+):
+    fake_openai.faults.stall_before_first_byte = math.inf
+    adapter = OpenAICompatAdapter(
+        openai_provider(fake_openai.url, first_byte_timeout_s=0.3), upstream_client
+    )
     with pytest.raises(AdapterError) as err:
         await adapter.run(spec("chat_completions", chat_body(stream=True), stream=True), Sink())
     assert err.value.code == "upstream_timeout"
     async with asyncio.timeout(5):
-        await upstream.disconnected.wait()
+        await fake_openai.disconnected.wait()
 
 
-async def test_idle_timeout_mid_stream_is_upstream_timeout(upstream, http):
-    upstream.faults.stall_mid_stream = math.inf
-    provider = openai_provider(upstream.url, first_byte_timeout_s=5, idle_timeout_s=0.3)
-    adapter = OpenAICompatAdapter(provider, http)
+async def test_idle_timeout_mid_stream_is_upstream_timeout(fake_openai, upstream_client):
+    fake_openai.faults.stall_mid_stream = math.inf
+    provider = openai_provider(fake_openai.url, first_byte_timeout_s=5, idle_timeout_s=0.3)
+    adapter = OpenAICompatAdapter(provider, upstream_client)
     sink = Sink()
     with pytest.raises(AdapterError) as err:
         await adapter.run(spec("chat_completions", chat_body(stream=True), stream=True), sink)
@@ -221,40 +226,40 @@ async def test_idle_timeout_mid_stream_is_upstream_timeout(upstream, http):
     assert "idle" in err.value.message
     assert sink.parts  # the first chunk had been relayed
     async with asyncio.timeout(5):
-        await upstream.disconnected.wait()
+        await fake_openai.disconnected.wait()
 
 
-async def test_cancelling_a_run_closes_the_upstream_connection(upstream, http):
-    upstream.faults.stall_mid_stream = math.inf
-    adapter = OpenAICompatAdapter(openai_provider(upstream.url), http)
+async def test_cancelling_a_run_closes_the_upstream_connection(fake_openai, upstream_client):
+    fake_openai.faults.stall_mid_stream = math.inf
+    adapter = OpenAICompatAdapter(openai_provider(fake_openai.url), upstream_client)
     sink = Sink()
     task = asyncio.create_task(
         adapter.run(spec("chat_completions", chat_body(stream=True), stream=True), sink)
     )
     async with asyncio.timeout(5):
         await sink.first.wait()
-    assert not upstream.disconnected.is_set()
+    assert not fake_openai.disconnected.is_set()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     async with asyncio.timeout(5):
-        await upstream.disconnected.wait()
+        await fake_openai.disconnected.wait()
 
 
-async def test_connection_dropped_mid_stream_is_upstream_error(upstream, http):
-    upstream.faults.drop_mid_stream = True
-    adapter = OpenAICompatAdapter(openai_provider(upstream.url), http)
+async def test_connection_dropped_mid_stream_is_upstream_error(fake_openai, upstream_client):
+    fake_openai.faults.drop_mid_stream = True
+    adapter = OpenAICompatAdapter(openai_provider(fake_openai.url), upstream_client)
     with pytest.raises(AdapterError) as err:
         await adapter.run(spec("chat_completions", chat_body(stream=True), stream=True), Sink())
     assert err.value.code == "upstream_error"
     assert err.value.retryable is False  # output had started
 
 
-async def test_connection_refused_is_a_retryable_upstream_error(http):
+async def test_connection_refused_is_a_retryable_upstream_error(upstream_client):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    adapter = OpenAICompatAdapter(openai_provider(f"http://127.0.0.1:{port}"), http)
+    adapter = OpenAICompatAdapter(openai_provider(f"http://127.0.0.1:{port}"), upstream_client)
     with pytest.raises(AdapterError) as err:
         await adapter.run(spec("chat_completions", chat_body()), Sink())
     assert (err.value.code, err.value.retryable) == ("upstream_error", True)
@@ -262,87 +267,95 @@ async def test_connection_refused_is_a_retryable_upstream_error(http):
 
 
 async def test_bearer_credential_from_env_goes_in_authorization_and_never_in_logs(
-    upstream, http, monkeypatch, caplog
+    fake_openai, upstream_client, monkeypatch, caplog
 ):
     caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("FAKE_PROVIDER_KEY", SECRET)
-    upstream.faults.status = 401
-    upstream.faults.error_message = f"Incorrect API key provided: {SECRET}"
+    fake_openai.faults.status = 401
+    fake_openai.faults.error_message = f"Incorrect API key provided: {SECRET}"
     provider = openai_provider(
-        upstream.url,
+        fake_openai.url,
         auth=wire.AuthPayload(type="bearer"),
         credential=wire.SecretRefPayload(env="FAKE_PROVIDER_KEY"),
     )
-    adapter = OpenAICompatAdapter(provider, http)
+    adapter = OpenAICompatAdapter(provider, upstream_client)
     with pytest.raises(AdapterError) as err:
         await adapter.run(spec("chat_completions", chat_body()), Sink())
-    assert upstream.requests[0].headers["authorization"] == f"Bearer {SECRET}"
+    assert fake_openai.requests[0].headers["authorization"] == f"Bearer {SECRET}"
     assert SECRET not in err.value.message  # an echoed key is redacted
     assert SECRET not in caplog.text
 
 
 @pytest.mark.parametrize(("scheme", "expected"), [("", SECRET), ("Token", f"Token {SECRET}")])
 async def test_header_auth_puts_the_credential_in_the_named_header(
-    upstream, http, tmp_path, scheme, expected
+    fake_openai, upstream_client, tmp_path, scheme, expected
 ):
     key_file = tmp_path / "key"
     key_file.write_text(SECRET + "\n")
     provider = openai_provider(
-        upstream.url,
+        fake_openai.url,
         driver="anthropic_messages",
         auth=wire.AuthPayload(type="header", header="x-api-key", scheme=scheme),
         credential=wire.SecretRefPayload(file=str(key_file)),
         headers={"anthropic-version": "2023-06-01"},
     )
-    await OpenAICompatAdapter(provider, http).run(spec("count_tokens", {"model": "m"}), Sink())
-    headers = upstream.requests[0].headers
+    await OpenAICompatAdapter(provider, upstream_client).run(
+        spec("count_tokens", {"model": "m"}), Sink()
+    )
+    headers = fake_openai.requests[0].headers
     assert headers["x-api-key"] == expected
     assert headers["anthropic-version"] == "2023-06-01"
     assert "authorization" not in headers
 
 
-async def test_forwarded_caller_credential_replaces_the_configured_one(upstream, http, monkeypatch):
+async def test_forwarded_caller_credential_replaces_the_configured_one(
+    fake_openai, upstream_client, monkeypatch
+):
     """R-AUTH-2: a legacy caller provider token arrives in forward_headers."""
     monkeypatch.setenv("FAKE_PROVIDER_KEY", SECRET)
     provider = openai_provider(
-        upstream.url,
+        fake_openai.url,
         auth=wire.AuthPayload(type="bearer"),
         credential=wire.SecretRefPayload(env="FAKE_PROVIDER_KEY"),
     )
     request = spec(
         "chat_completions", chat_body(), forward_headers={"authorization": "Bearer caller-key"}
     )
-    await OpenAICompatAdapter(provider, http).run(request, Sink())
-    assert upstream.requests[0].headers["authorization"] == "Bearer caller-key"
+    await OpenAICompatAdapter(provider, upstream_client).run(request, Sink())
+    assert fake_openai.requests[0].headers["authorization"] == "Bearer caller-key"
 
 
-async def test_model_mapping_maps_an_external_key_to_the_served_target(upstream, http):
+async def test_model_mapping_maps_an_external_key_to_the_served_target(
+    fake_openai, upstream_client
+):
     """R-PROF-5: a profile model_mapping applies to the upstream model value."""
-    provider = openai_provider(upstream.url, model_mapping={"glm-public": "glm-4.6"})
-    adapter = OpenAICompatAdapter(provider, http)
+    provider = openai_provider(fake_openai.url, model_mapping={"glm-public": "glm-4.6"})
+    adapter = OpenAICompatAdapter(provider, upstream_client)
     await adapter.run(spec("chat_completions", chat_body(model="glm-public")), Sink())
     await adapter.run(spec("chat_completions", chat_body(model="other")), Sink())
-    assert [r.json["model"] for r in upstream.requests] == ["glm-4.6", "other"]
+    assert [r.json["model"] for r in fake_openai.requests] == ["glm-4.6", "other"]
 
 
-async def test_operation_urls_are_used_exactly_as_compiled(upstream, http):
+async def test_operation_urls_are_used_exactly_as_compiled(fake_openai, upstream_client):
     """R-PROF-6: the Node posts to the complete URL the Edge compiled, unchanged."""
-    provider = openai_provider(upstream.url)
-    provider.operations["chat_completions"] = upstream.url + "/v1/chat/completions?api-version=1"
-    await OpenAICompatAdapter(provider, http).run(spec("chat_completions", chat_body()), Sink())
-    assert upstream.requests[0].path == "/v1/chat/completions"
+    provider = openai_provider(fake_openai.url)
+    provider.operations["chat_completions"] = fake_openai.url + "/v1/chat/completions?api-version=1"
+    await OpenAICompatAdapter(provider, upstream_client).run(
+        spec("chat_completions", chat_body()), Sink()
+    )
+    assert fake_openai.requests[0].path == "/v1/chat/completions"
 
 
-async def test_concurrent_runs_share_one_session_without_a_cap(upstream, http):
-    upstream.faults.hold_mid_stream = hold = asyncio.Event()
-    adapter = OpenAICompatAdapter(openai_provider(upstream.url), http)
+async def test_concurrent_runs_share_one_session_without_a_cap(fake_openai, upstream_client):
+    fake_openai.faults.hold_mid_stream = hold = asyncio.Event()
+    adapter = OpenAICompatAdapter(openai_provider(fake_openai.url), upstream_client)
     runs = [
         asyncio.create_task(
             adapter.run(spec("chat_completions", chat_body(stream=True), stream=True), Sink())
         )
         for _ in range(12)
     ]
-    await upstream.wait_concurrent(12)  # all twelve are mid-stream at once
+    await fake_openai.wait_concurrent(12)  # all twelve are mid-stream at once
     hold.set()
     await asyncio.gather(*runs)
-    assert upstream.peak == 12
+    assert fake_openai.peak == 12

@@ -4,30 +4,21 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from nodes import wire
 from nodes.agent.registry import Registries, Registry
-from tests.fakes import FakeOpenAI
 from tests.fakes.edge import FakeEdge
-from tests.fakes.harness import running_node
-from tests.fakes.payloads import chat_body, node_payload, openai_provider
-
-
-@pytest.fixture
-async def upstream():
-    async with FakeOpenAI() as server:
-        yield server
+from tests.support.node_agent import running_node
+from tests.support.payloads import chat_body, node_payload, openai_provider
 
 
 async def test_refresh_swaps_registry_while_an_active_run_finishes_on_the_old_one(
-    upstream, tmp_path
+    fake_openai, tmp_path
 ):
     """R-NODE-5: new runs use the new registry; the old closes only after its runs drain."""
-    old_payload = node_payload(openai_provider(upstream.url, pid="p1", headers={"x-rev": "old"}))
-    new_payload = node_payload(openai_provider(upstream.url, pid="p1", headers={"x-rev": "new"}))
+    old_payload = node_payload(openai_provider(fake_openai.url, pid="p1", headers={"x-rev": "old"}))
+    new_payload = node_payload(openai_provider(fake_openai.url, pid="p1", headers={"x-rev": "new"}))
     assert old_payload.revision != new_payload.revision
-    upstream.faults.hold_mid_stream = hold = asyncio.Event()
+    fake_openai.faults.hold_mid_stream = hold = asyncio.Event()
     async with FakeEdge(old_payload) as edge, running_node(edge, tmp_path) as client:
         conn = await edge.next_connection()
         old = client.registries.current
@@ -36,7 +27,7 @@ async def test_refresh_swaps_registry_while_an_active_run_finishes_on_the_old_on
             "long", "p1", "chat_completions", chat_body(stream=True), stream=True
         )
         async with asyncio.timeout(5):
-            await upstream.streaming.wait()
+            await fake_openai.streaming.wait()
 
         await conn.send(wire.ConfigRefresh(payload=new_payload))
         ack = await conn.next_of(wire.ConfigRefreshAck)
@@ -44,35 +35,35 @@ async def test_refresh_swaps_registry_while_an_active_run_finishes_on_the_old_on
         new = client.registries.current
         assert new is not None and new is not old and new.revision == new_payload.revision
 
-        upstream.faults.hold_mid_stream = None
+        fake_openai.faults.hold_mid_stream = None
         await conn.tunnel("fresh", "p1", "chat_completions", chat_body())
         fresh = await conn.wait_end("fresh")
         assert fresh.ends[0].ok
-        assert upstream.requests[1].headers["x-rev"] == "new"  # the new registry served it
+        assert fake_openai.requests[1].headers["x-rev"] == "new"  # the new registry served it
         assert not old.closed and old.active == 1  # the long run holds the old one open
 
         hold.set()
         await conn.wait_end("long")
         assert long_run.ends[0].ok
-        assert long_run.text == upstream.requests[0].response.decode()
-        assert upstream.requests[0].headers["x-rev"] == "old"
+        assert long_run.text == fake_openai.requests[0].response.decode()
+        assert fake_openai.requests[0].headers["x-rev"] == "old"
         async with asyncio.timeout(5):
             await old.wait_closed()
         assert not new.closed
 
 
 async def test_refresh_with_an_unusable_provider_is_acked_not_ok_and_others_keep_working(
-    upstream, tmp_path, monkeypatch
+    fake_openai, tmp_path, monkeypatch
 ):
     monkeypatch.delenv("ABSENT_PROVIDER_KEY", raising=False)
-    first = node_payload(openai_provider(upstream.url, pid="p1"))
+    first = node_payload(openai_provider(fake_openai.url, pid="p1"))
     broken = openai_provider(
-        upstream.url,
+        fake_openai.url,
         pid="p2",
         auth=wire.AuthPayload(type="bearer"),
         credential=wire.SecretRefPayload(env="ABSENT_PROVIDER_KEY"),
     )
-    second = node_payload(openai_provider(upstream.url, pid="p1"), broken)
+    second = node_payload(openai_provider(fake_openai.url, pid="p1"), broken)
     async with FakeEdge(first) as edge, running_node(edge, tmp_path):
         conn = await edge.next_connection()
         await conn.send(wire.ConfigRefresh(payload=second))

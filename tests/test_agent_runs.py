@@ -11,15 +11,15 @@ from nodes import wire
 from nodes.agent.adapters.base import Emit, RunSpec
 from tests.fakes import FakeOllama, FakeOpenAI
 from tests.fakes.edge import EdgeConn, FakeEdge
-from tests.fakes.harness import running_node
-from tests.fakes.payloads import (
+from tests.support.node_agent import running_node
+from tests.support.payloads import (
     chat_body,
     cli_provider,
     node_payload,
     ollama_provider,
     openai_provider,
 )
-from tests.fakes.procs import reaped
+from tests.support.pids import reaped
 
 
 @pytest.fixture

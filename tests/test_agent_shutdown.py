@@ -6,31 +6,16 @@ from __future__ import annotations
 import asyncio
 import math
 
-import pytest
-
 from nodes import wire
 from nodes.agent.client import Backoff, NodeClient
-from tests.fakes import FakeOpenAI
 from tests.fakes.edge import FakeEdge
-from tests.fakes.harness import node_config
-from tests.fakes.payloads import chat_body, node_payload, openai_provider
+from tests.support.node_agent import node_config
+from tests.support.payloads import chat_body, node_payload
 
 
-@pytest.fixture
-async def upstream():
-    async with FakeOpenAI() as server:
-        yield server
-
-
-@pytest.fixture
-async def edge(upstream):
-    async with FakeEdge(node_payload(openai_provider(upstream.url, pid="p1"))) as fake:
-        yield fake
-
-
-def start(edge: FakeEdge, tmp_path, grace: float) -> tuple[NodeClient, asyncio.Task[None]]:
+def start(fake_edge: FakeEdge, tmp_path, grace: float) -> tuple[NodeClient, asyncio.Task[None]]:
     client = NodeClient(
-        node_config(edge, tmp_path),
+        node_config(fake_edge, tmp_path),
         shutdown_grace_s=grace,
         backoff=Backoff(initial=0.02, cap=0.2),
         close_timeout_s=1.0,
@@ -39,14 +24,14 @@ def start(edge: FakeEdge, tmp_path, grace: float) -> tuple[NodeClient, asyncio.T
 
 
 async def test_runs_past_the_grace_end_with_node_shutdown_and_the_socket_closes_1001(
-    edge, upstream, tmp_path
+    fake_edge, fake_openai, tmp_path
 ):
-    upstream.faults.stall_mid_stream = math.inf
-    client, task = start(edge, tmp_path, grace=0.3)
-    conn = await edge.next_connection()
+    fake_openai.faults.stall_mid_stream = math.inf
+    client, task = start(fake_edge, tmp_path, grace=0.3)
+    conn = await fake_edge.next_connection()
     await conn.tunnel("slow", "p1", "chat_completions", chat_body(stream=True), stream=True)
     async with asyncio.timeout(5):
-        await upstream.streaming.wait()
+        await fake_openai.streaming.wait()
     client.stop()
     await conn.tunnel("late", "p1", "chat_completions", chat_body())  # refused during grace
     late = await conn.wait_end("late")
@@ -57,20 +42,20 @@ async def test_runs_past_the_grace_end_with_node_shutdown_and_the_socket_closes_
         assert len(log.ends) == 1
         error = log.ends[0].error
         assert error is not None and (error.code, error.retryable) == ("node_shutdown", True)
-    assert len(upstream.requests) == 1  # the late run never went upstream
+    assert len(fake_openai.requests) == 1  # the late run never went upstream
     assert conn.close_code == 1001
     async with asyncio.timeout(5):
-        await upstream.disconnected.wait()
+        await fake_openai.disconnected.wait()
     assert client.registries.current is not None and client.registries.current.closed
 
 
-async def test_runs_that_finish_within_the_grace_end_normally(edge, upstream, tmp_path):
-    upstream.faults.hold_mid_stream = hold = asyncio.Event()
-    client, task = start(edge, tmp_path, grace=10)
-    conn = await edge.next_connection()
+async def test_runs_that_finish_within_the_grace_end_normally(fake_edge, fake_openai, tmp_path):
+    fake_openai.faults.hold_mid_stream = hold = asyncio.Event()
+    client, task = start(fake_edge, tmp_path, grace=10)
+    conn = await fake_edge.next_connection()
     await conn.tunnel("r1", "p1", "chat_completions", chat_body(stream=True), stream=True)
     async with asyncio.timeout(5):
-        await upstream.streaming.wait()
+        await fake_openai.streaming.wait()
     client.stop()
     await conn.send(wire.Ping(ts=1.0))  # still served while draining
     await conn.next_of(wire.Pong)
@@ -78,15 +63,15 @@ async def test_runs_that_finish_within_the_grace_end_normally(edge, upstream, tm
     log = await conn.wait_end("r1")
     async with asyncio.timeout(10):
         await task
-    assert log.ends[0].ok and log.text == upstream.requests[0].response.decode()
+    assert log.ends[0].ok and log.text == fake_openai.requests[0].response.decode()
     assert conn.close_code == 1001
 
 
-async def test_stop_while_the_edge_is_unreachable_returns_promptly(tmp_path, upstream):
-    edge = FakeEdge(node_payload())
-    await edge.start()
-    await edge.close()  # nothing listens on that port any more
-    client, task = start(edge, tmp_path, grace=10)
+async def test_stop_while_the_edge_is_unreachable_returns_promptly(tmp_path, fake_openai):
+    fake_edge = FakeEdge(node_payload())
+    await fake_edge.start()
+    await fake_edge.close()  # nothing listens on that port any more
+    client, task = start(fake_edge, tmp_path, grace=10)
     client.stop()
     async with asyncio.timeout(5):
         await task

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,8 +12,7 @@ from django.urls import reverse
 from catalog.config import parse_text
 from catalog.documents import catalog_to_document, document_to_catalog
 from catalog.models import EdgeSettings, ModelGroup, Node, PrincipalToken, ProtocolProfile, Provider
-
-EDGE_YAML = Path(__file__).resolve().parent.parent / "configs" / "edge.yaml"
+from tests.support.processes import EDGE_YAML
 
 pytestmark = pytest.mark.django_db
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 
@@ -15,8 +14,7 @@ from catalog.documents import (
     validated_change,
 )
 from catalog.models import EdgeSettings, ModelGroup, ModelProvider, Node, PrincipalToken, Provider
-
-EDGE_YAML = Path(__file__).resolve().parent.parent / "configs" / "edge.yaml"
+from tests.support.processes import EDGE_YAML
 
 pytestmark = pytest.mark.django_db
 

@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from catalog.config import ConfigError, ProviderAuth, SecretRef, load_snapshot
+from catalog.config import ProviderAuth, SecretRef, load_snapshot
+from tests.support.config import load_issues
 from tests.support.config_examples import example_document
 
 HASH_A, HASH_B = "a" * 64, "b" * 64
 RAW_SECRET = "sk-live-DO-NOT-ECHO-0123456789"
-
-
-def _issues(document) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        load_snapshot(document)
-    return [str(issue) for issue in caught.value.issues]
 
 
 def _token(ref: str, digest: str, principal: str = "team", **extra) -> dict:
@@ -32,7 +27,7 @@ def _managed(document: dict) -> dict:
     return document
 
 
-def test_rcfg12_principal_tokens_load_with_optional_alias():
+def test_principal_tokens_load_with_optional_alias_r_cfg_12():
     """R-CFG-12: entries hold token_ref, sha256, principal_ref and an optional alias."""
     document = example_document()
     document["openai"]["principal_tokens"] = [
@@ -46,7 +41,7 @@ def test_rcfg12_principal_tokens_load_with_optional_alias():
     assert {t.token_hash_sha256: t for t in snapshot.principal_tokens}[HASH_B] is second
 
 
-def test_rcfg12_entries_may_share_a_principal_ref():
+def test_entries_may_share_a_principal_ref_r_cfg_12():
     """R-CFG-12: several tokens per principal; token_ref is the per-app unit."""
     document = example_document()
     document["openai"]["principal_tokens"] = [_token("a", HASH_A), _token("b", HASH_B)]
@@ -54,7 +49,7 @@ def test_rcfg12_entries_may_share_a_principal_ref():
     assert refs == {"team"}
 
 
-def test_rcfg12_duplicate_token_ref_and_hash_are_rejected():
+def test_duplicate_token_ref_and_hash_are_rejected_r_cfg_12():
     """R-CFG-12: a repeated token_ref or token_hash_sha256 is a load error."""
     document = example_document()
     document["openai"]["principal_tokens"] = [
@@ -62,7 +57,7 @@ def test_rcfg12_duplicate_token_ref_and_hash_are_rejected():
         _token("a", HASH_B),
         _token("c", HASH_A),
     ]
-    assert _issues(document) == [
+    assert load_issues(document) == [
         "openai.principal_tokens[1].token_ref: duplicate (first at openai.principal_tokens[0])",
         "openai.principal_tokens[2].token_hash_sha256: duplicate "
         "(first at openai.principal_tokens[0])",
@@ -70,11 +65,11 @@ def test_rcfg12_duplicate_token_ref_and_hash_are_rejected():
 
 
 @pytest.mark.parametrize("digest", ["A" * 64, "a" * 63, "g" * 64, RAW_SECRET])
-def test_rcfg12_token_hash_must_be_lowercase_sha256_hex_and_is_never_echoed(digest):
+def test_token_hash_must_be_lowercase_sha256_hex_and_is_never_echoed_r_cfg_12(digest):
     """R-CFG-12: only sha256 hex is stored; a raw token pasted here is not repeated back."""
     document = example_document()
     document["openai"]["principal_tokens"] = [_token("a", digest)]
-    messages = _issues(document)
+    messages = load_issues(document)
     assert messages == [
         "openai.principal_tokens[0].token_hash_sha256: "
         "must be 64 lowercase hex characters (a sha256 digest)"
@@ -82,7 +77,7 @@ def test_rcfg12_token_hash_must_be_lowercase_sha256_hex_and_is_never_echoed(dige
     assert digest not in "\n".join(messages)
 
 
-def test_rauth2_provider_auth_defaults():
+def test_provider_auth_defaults_r_auth_2():
     """R-AUTH-2: omitted provider_auth fields take the documented defaults."""
     document = example_document()
     assert load_snapshot(document).provider_auth == ProviderAuth(
@@ -97,7 +92,7 @@ def test_rauth2_provider_auth_defaults():
     assert auth.enabled and auth.required and auth.from_header == "X-IOP-Provider-Authorization"
 
 
-def test_rauth2_provider_auth_fields_are_validated():
+def test_provider_auth_fields_are_validated_r_auth_2():
     """R-AUTH-2: header names are HTTP tokens; the inbound one may not contain '_'."""
     document = example_document()
     document["openai"]["provider_auth"] = {
@@ -107,7 +102,7 @@ def test_rauth2_provider_auth_fields_are_validated():
         "scheme": "two words",
         "required": "no",
     }
-    assert _issues(document) == [
+    assert load_issues(document) == [
         "openai.provider_auth.from_header: must not contain '_'",
         "openai.provider_auth.required: must be true or false",
         "openai.provider_auth.scheme: must be a single token",
@@ -126,7 +121,7 @@ def test_literal_secret_is_rejected_without_echo(where, path):
     """Secrets are references only; the literal value never appears in the error."""
     document = example_document()
     document[where[0]][where[1]] = RAW_SECRET
-    messages = _issues(document)
+    messages = load_issues(document)
     assert messages == [
         f"{path}: must be a secret reference {{env: NAME}} or {{file: PATH}}; literals not allowed"
     ]
@@ -137,7 +132,7 @@ def test_literal_provider_credential_and_cli_env_are_rejected_without_echo():
     document = example_document()
     document["nodes"][0]["providers"][0]["credential"] = RAW_SECRET
     document["nodes"][0]["providers"][2]["env"] = {"API_KEY": RAW_SECRET, "OK": {"env": "X"}}
-    messages = _issues(document)
+    messages = load_issues(document)
     assert [m.split(":")[0] for m in messages] == [
         "nodes[0].providers[0].credential",
         "nodes[0].providers[2].env.API_KEY",
@@ -157,7 +152,8 @@ def test_literal_provider_credential_and_cli_env_are_rejected_without_echo():
 def test_secret_reference_shape(ref, message):
     document = example_document()
     document["openai"]["bearer_token"] = ref
-    assert _issues(document) == [f"openai.bearer_token{'.' if ':' in message else ': '}{message}"]
+    separator = "." if ":" in message else ": "
+    assert load_issues(document) == [f"openai.bearer_token{separator}{message}"]
 
 
 def test_secret_references_load_and_stay_references_in_the_document():
@@ -216,7 +212,7 @@ def test_credential_headers_must_come_from_a_secret_reference():
         "X-Api-Key": RAW_SECRET,
         "X-Team": "research",
     }
-    messages = _issues(document)
+    messages = load_issues(document)
     assert [m.split(":")[0] for m in messages] == [
         "nodes[0].providers[0].headers.Authorization",
         "nodes[0].providers[0].headers.X-Api-Key",
@@ -240,7 +236,7 @@ def test_user_info_in_any_endpoint_is_rejected_without_echo():
             "capabilities": ["models"],
         },
     }
-    messages = _issues(document)
+    messages = load_issues(document)
     assert [m.split(":")[0] for m in messages] == [
         "nodes[0].providers[0].base_url",
         "protocol_profiles.p.base_url",
@@ -249,7 +245,7 @@ def test_user_info_in_any_endpoint_is_rejected_without_echo():
     assert RAW_SECRET not in "\n".join(messages)
 
 
-def test_rauth3_managed_mode_loads_with_tls_everywhere():
+def test_managed_mode_loads_with_tls_everywhere_r_auth_3():
     """R-AUTH-3: a managed document with Edge, OpenAI and control-plane TLS loads."""
     snapshot = load_snapshot(_managed(example_document()))
     assert snapshot.credential_plane_enabled is True
@@ -258,25 +254,25 @@ def test_rauth3_managed_mode_loads_with_tls_everywhere():
     assert snapshot.control_plane is not None and snapshot.control_plane.tls is True
 
 
-def test_rauth3_managed_mode_requires_tls_on_every_hop():
+def test_managed_mode_requires_tls_on_every_hop_r_auth_3():
     """R-AUTH-3: managed mode needs edge.tls, a TLS control plane, and openai.tls when enabled."""
     document = example_document()
     document["credential_plane"] = {"enabled": True}
-    assert _issues(document) == [
+    assert load_issues(document) == [
         "credential_plane.control_plane: is required when credential_plane.enabled (managed mode)",
         "edge.tls: is required when credential_plane.enabled (managed mode)",
         "openai.tls: is required when credential_plane.enabled (managed mode) and openai.enabled",
     ]
     document = _managed(example_document())
     document["credential_plane"]["control_plane"] = {"url": "http://cp.example", "enabled": False}
-    assert _issues(document) == [
+    assert load_issues(document) == [
         "credential_plane.control_plane.enabled: must be true when credential_plane.enabled",
         "credential_plane.control_plane.tls: is required when credential_plane.enabled",
         "credential_plane.control_plane.url: must use TLS (https:// or wss://) in managed mode",
     ]
 
 
-def test_rauth3_managed_mode_without_openai_ingress_needs_no_openai_tls():
+def test_managed_mode_without_openai_ingress_needs_no_openai_tls_r_auth_3():
     """R-AUTH-3: OpenAI ingress TLS is required only when the ingress is enabled."""
     document = _managed(example_document())
     del document["openai"]["tls"]
@@ -284,7 +280,7 @@ def test_rauth3_managed_mode_without_openai_ingress_needs_no_openai_tls():
     assert load_snapshot(document).openai_enabled is False
 
 
-def test_rauth3_managed_mode_rejects_every_legacy_credential_source():
+def test_managed_mode_rejects_every_legacy_credential_source_r_auth_3():
     """R-AUTH-3: bearer token, principal tokens, provider_auth, provider credential/headers/env."""
     document = _managed(example_document())
     document["openai"]["bearer_token"] = {"env": "T"}
@@ -295,7 +291,7 @@ def test_rauth3_managed_mode_rejects_every_legacy_credential_source():
     providers[0]["headers"] = {"X-Team": "r"}
     providers[2]["env"] = {"K": {"env": "K"}}
     why = "is not allowed when credential_plane.enabled (managed mode)"
-    assert _issues(document) == [
+    assert load_issues(document) == [
         f"nodes[0].providers[0].credential: {why}",
         f"nodes[0].providers[0].headers: {why}",
         f"nodes[0].providers[2].env: {why}",
@@ -305,20 +301,20 @@ def test_rauth3_managed_mode_rejects_every_legacy_credential_source():
     ]
 
 
-def test_rauth3_legacy_mode_keeps_provider_auth_available():
+def test_legacy_mode_keeps_provider_auth_available_r_auth_3():
     """R-AUTH-3: outside managed mode provider_auth forwarding stays configurable."""
     document = example_document()
     document["openai"]["provider_auth"] = {"enabled": True, "required": False}
     assert load_snapshot(document).provider_auth.required is False
 
 
-def test_rauth4_key_material_is_only_ever_a_file_reference():
+def test_key_material_is_only_ever_a_file_reference_r_auth_4():
     """R-AUTH-4: certificate/key values are file paths; inline PEM is rejected, not echoed."""
     pem = "-----BEGIN PRIVATE KEY-----\nMIIEvQ\n-----END PRIVATE KEY-----"
     document = _managed(example_document())
     document["edge"]["tls"]["key_file"] = pem
     document["credential_plane"]["control_plane"]["tls"]["cert_file"] = pem
-    messages = _issues(document)
+    messages = load_issues(document)
     assert messages == [
         "credential_plane.control_plane.tls.cert_file: must be a file path; "
         "inline key or certificate material is not allowed",
@@ -336,6 +332,6 @@ def test_admin_listen_must_be_loopback():
     for host in ("0.0.0.0", "10.0.0.5", "[::]", "example.com"):
         document = example_document()
         document["admin"]["listen"] = f"{host}:7701"
-        assert _issues(document) == [
+        assert load_issues(document) == [
             "admin.listen: must be a loopback address (127.0.0.0/8, ::1 or localhost)"
         ]

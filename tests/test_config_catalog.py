@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from catalog.config import ConfigError, load_snapshot
+from catalog.config import load_snapshot
+from tests.support.config import load_issues
 from tests.support.config_examples import EXAMPLE_NODE_TOKEN_HASH, example_document
-
-
-def _issues(document) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        load_snapshot(document)
-    return [str(issue) for issue in caught.value.issues]
 
 
 def _provider(document, index: int) -> dict:
@@ -22,14 +17,14 @@ def _second_node(*providers: dict) -> dict:
     return {"id": "node-b", "token_hash_sha256": "a" * 64, "providers": list(providers)}
 
 
-def test_rcfg1_model_id_is_the_external_model_key():
+def test_model_id_is_the_external_model_key_r_cfg_1():
     """R-CFG-1: models[].id keys the model groups, in document order."""
     snapshot = load_snapshot(example_document())
     assert list(snapshot.models) == ["chat-model", "echo"]
     assert snapshot.models["chat-model"].id == "chat-model"
 
 
-def test_rcfg2_model_maps_provider_to_served_model_in_document_order():
+def test_model_maps_provider_to_served_model_in_document_order_r_cfg_2():
     """R-CFG-2: models[].providers maps provider id -> served model name."""
     document = example_document()
     document["models"][0]["providers"] = {"ollama-a": "llama3", "compat-a": "served-chat"}
@@ -37,24 +32,24 @@ def test_rcfg2_model_maps_provider_to_served_model_in_document_order():
     assert list(group.providers.items()) == [("ollama-a", "llama3"), ("compat-a", "served-chat")]
 
 
-def test_rcfg3_provider_ids_are_unique_across_all_nodes():
+def test_provider_ids_are_unique_across_all_nodes_r_cfg_3():
     """R-CFG-3: a provider id may not repeat, even on another Node."""
     document = example_document()
     document["nodes"].append(_second_node({"id": "ollama-a", "profile": "ollama"}))
-    assert _issues(document) == [
+    assert load_issues(document) == [
         "nodes[1].providers[0].id: duplicate provider id 'ollama-a' "
         "(first at nodes[0].providers[1])"
     ]
 
 
-def test_rcfg3_node_ids_are_unique():
+def test_node_ids_are_unique_r_cfg_3():
     """R-CFG-3: two Nodes cannot share an id."""
     document = example_document()
     document["nodes"].append({"id": "node-a", "token_hash_sha256": "b" * 64})
-    assert _issues(document) == ["nodes[1].id: duplicate node id 'node-a' (first at nodes[0])"]
+    assert load_issues(document) == ["nodes[1].id: duplicate node id 'node-a' (first at nodes[0])"]
 
 
-def test_rcfg3_node_catalog_is_exposed_per_node_and_by_provider_id():
+def test_node_catalog_is_exposed_per_node_and_by_provider_id_r_cfg_3():
     """R-CFG-3: each Node's providers keep their order and know their Node."""
     document = example_document()
     document["nodes"].append(_second_node({"id": "ollama-b", "profile": "ollama"}))
@@ -69,7 +64,7 @@ def test_rcfg3_node_catalog_is_exposed_per_node_and_by_provider_id():
 def test_model_ids_are_unique():
     document = example_document()
     document["models"].append({"id": "echo", "providers": {"cli-a": "echo"}})
-    assert _issues(document) == ["models[2].id: duplicate model id 'echo' (first at models[1])"]
+    assert load_issues(document) == ["models[2].id: duplicate model id 'echo' (first at models[1])"]
 
 
 def test_model_id_may_carry_slashes_and_colons_but_no_whitespace():
@@ -77,17 +72,17 @@ def test_model_id_may_carry_slashes_and_colons_but_no_whitespace():
     document["models"][1]["id"] = "org/model:7b"
     assert "org/model:7b" in load_snapshot(document).models
     document["models"][1]["id"] = "two words"
-    assert _issues(document) == ["models[1].id: must not contain whitespace"]
+    assert load_issues(document) == ["models[1].id: must not contain whitespace"]
 
 
-def test_rcfg4_usage_attribution_defaults_to_provider():
+def test_usage_attribution_defaults_to_provider_r_cfg_4():
     """R-CFG-4: omitted usage_attribution means provider."""
     snapshot = load_snapshot(example_document())
     assert snapshot.models["echo"].usage_attribution == "provider"
     assert snapshot.document["models"][1]["usage_attribution"] == "provider"
 
 
-def test_rcfg4_usage_attribution_model_group_is_an_opt_in():
+def test_usage_attribution_model_group_is_an_opt_in_r_cfg_4():
     """R-CFG-4: model_group is accepted when written explicitly."""
     document = example_document()
     document["models"][0]["usage_attribution"] = "model_group"
@@ -95,33 +90,33 @@ def test_rcfg4_usage_attribution_model_group_is_an_opt_in():
 
 
 @pytest.mark.parametrize("value", ["team", "", None, 1])
-def test_rcfg4_other_usage_attribution_values_are_rejected(value):
+def test_other_usage_attribution_values_are_rejected_r_cfg_4(value):
     """R-CFG-4: anything but provider | model_group is a load error."""
     document = example_document()
     document["models"][0]["usage_attribution"] = value
-    (message,) = _issues(document)
+    (message,) = load_issues(document)
     assert message.startswith("models[0].usage_attribution: must be")
 
 
-def test_rcfg5_every_model_provider_must_exist():
+def test_every_model_provider_must_exist_r_cfg_5():
     """R-CFG-5: a model that names an unknown provider is rejected, at that key."""
     document = example_document()
     document["models"][0]["providers"]["vllm-local"] = "qwen"
-    assert _issues(document) == ["models[0].providers.vllm-local: unknown provider id"]
+    assert load_issues(document) == ["models[0].providers.vllm-local: unknown provider id"]
 
 
-def test_rcfg5_a_model_needs_at_least_one_provider_and_served_names_are_not_empty():
+def test_a_model_needs_at_least_one_provider_and_served_names_are_not_empty_r_cfg_5():
     """R-CFG-5: served-model membership: every group maps >= 1 provider to a non-empty name."""
     document = example_document()
     document["models"][0]["providers"] = {}
     document["models"][1]["providers"] = {"cli-a": ""}
-    assert _issues(document) == [
+    assert load_issues(document) == [
         "models[0].providers: must not be empty",
         "models[1].providers.cli-a: must not be empty",
     ]
 
 
-def test_rcfg5_served_model_must_agree_with_profile_model_mapping():
+def test_served_model_must_agree_with_profile_model_mapping_r_cfg_5():
     """R-CFG-5/R-PROF-5: a served name contradicting the profile's model_mapping is rejected."""
     document = example_document()
     document["protocol_profiles"] = {
@@ -134,7 +129,7 @@ def test_rcfg5_served_model_must_agree_with_profile_model_mapping():
     _provider(document, 0).pop("type")
     _provider(document, 0)["profile"] = "mapped"
     _provider(document, 0).pop("base_url")
-    assert _issues(document) == [
+    assert load_issues(document) == [
         "models[0].providers.compat-a: profile mapped maps 'chat-model' to 'upstream-a', "
         "not 'served-chat'"
     ]
@@ -156,11 +151,11 @@ def test_rcfg5_served_model_must_agree_with_profile_model_mapping():
         ("concurrency", -1, "concurrency: must be >= 0"),
     ],
 )
-def test_rcfg5_numeric_bounds_name_the_field(key, value, message):
+def test_numeric_bounds_name_the_field_r_cfg_5(key, value, message):
     """R-CFG-5: each provider number is bounded and the error names its path."""
     document = example_document()
     _provider(document, 1)[key] = value
-    assert _issues(document) == [f"nodes[0].providers[1].{message}"]
+    assert load_issues(document) == [f"nodes[0].providers[1].{message}"]
 
 
 def test_provider_defaults():
@@ -181,32 +176,32 @@ def test_provider_defaults():
     assert spec.context_window_tokens is None and spec.concurrency is None
 
 
-def test_rcfg8_long_context_capacity_is_bounded_by_capacity():
+def test_long_context_capacity_is_bounded_by_capacity_r_cfg_8():
     """R-CFG-8: 0 <= long_context_capacity <= capacity."""
     document = example_document()
     _provider(document, 0)["long_context_capacity"] = 3  # capacity is 2
-    assert _issues(document) == [
+    assert load_issues(document) == [
         "nodes[0].providers[0].long_context_capacity: must be <= capacity (2)"
     ]
     _provider(document, 0)["long_context_capacity"] = 2
     assert load_snapshot(document).providers["compat-a"].long_context_capacity == 2
 
 
-def test_rcfg8_long_slots_need_a_context_window_of_at_least_the_threshold():
+def test_long_slots_need_a_context_window_of_at_least_the_threshold_r_cfg_8():
     """R-CFG-8: the long-context budget needs context_window_tokens >= the threshold."""
     document = example_document()
     _provider(document, 0)["context_window_tokens"] = 99999
-    assert _issues(document) == [
+    assert load_issues(document) == [
         "nodes[0].providers[0].context_window_tokens: must be >= long_context_threshold_tokens "
         "(100000) when long_context_capacity > 0"
     ]
     del _provider(document, 0)["context_window_tokens"]
-    assert _issues(document) == [
+    assert load_issues(document) == [
         "nodes[0].providers[0].context_window_tokens: is required when long_context_capacity > 0"
     ]
 
 
-def test_rcfg8_total_context_tokens_is_window_times_long_slots():
+def test_total_context_tokens_is_window_times_long_slots_r_cfg_8():
     """R-CFG-8: total_context_tokens = context_window_tokens * long_context_capacity."""
     document = example_document()
     _provider(document, 0)["long_context_capacity"] = 2
@@ -215,7 +210,7 @@ def test_rcfg8_total_context_tokens_is_window_times_long_slots():
     assert snapshot.providers["ollama-a"].total_context_tokens == 0
 
 
-def test_rcfg8_capacity_belongs_to_the_provider_shared_by_model_aliases():
+def test_capacity_belongs_to_the_provider_shared_by_model_aliases_r_cfg_8():
     """R-CFG-8: two model groups mapping one provider see the same provider resource."""
     document = example_document()
     document["models"].append({"id": "alias", "providers": {"compat-a": "served-chat"}})
@@ -228,7 +223,7 @@ def test_rcfg8_capacity_belongs_to_the_provider_shared_by_model_aliases():
     assert snapshot.served_models("nobody") == {}
 
 
-def test_rcfg9_disabled_provider_stays_in_the_catalog():
+def test_disabled_provider_stays_in_the_catalog_r_cfg_9():
     """R-CFG-9: enabled=false is a pool flag; the provider and its mappings still load."""
     document = example_document()
     _provider(document, 0)["enabled"] = False
@@ -237,7 +232,7 @@ def test_rcfg9_disabled_provider_stays_in_the_catalog():
     assert "compat-a" in snapshot.models["chat-model"].providers
 
 
-def test_rcfg10_mixed_and_ollama_only_groups_load():
+def test_mixed_and_ollama_only_groups_load_r_cfg_10():
     """R-CFG-10: OpenAI-compatible + Ollama + CLI in one group, and an Ollama-only group."""
     document = example_document()
     document["models"][0]["providers"]["cli-a"] = "echo"
@@ -248,14 +243,14 @@ def test_rcfg10_mixed_and_ollama_only_groups_load():
     assert list(snapshot.models["local-only"].providers) == ["ollama-a"]
 
 
-def test_rcfg11_models_catalog_is_the_static_source_of_truth():
+def test_models_catalog_is_the_static_source_of_truth_r_cfg_11():
     """R-CFG-11: what a provider serves comes only from models[]; nothing is discovered."""
     snapshot = load_snapshot(example_document())
     assert dict(snapshot.served_models("ollama-a")) == {"chat-model": "llama3"}
     assert dict(snapshot.served_models("cli-a")) == {"echo": "echo"}
 
 
-def test_rcfg13_concurrency_is_metadata_not_an_admission_limit():
+def test_concurrency_is_metadata_not_an_admission_limit_r_cfg_13():
     """R-CFG-13: concurrency loads as metadata; it neither bounds nor changes capacity."""
     document = example_document()
     _provider(document, 0)["concurrency"] = 1
@@ -272,7 +267,7 @@ def test_provider_and_node_ids_are_plain_identifiers(bad_id):
     document = example_document()
     document["nodes"][0]["id"] = bad_id
     _provider(document, 1)["id"] = bad_id
-    messages = _issues(document)
+    messages = load_issues(document)
     assert [m.split(":")[0] for m in messages] == [
         "models[0].providers.ollama-a",
         "nodes[0].id",
@@ -283,6 +278,6 @@ def test_provider_and_node_ids_are_plain_identifiers(bad_id):
 def test_node_token_hash_must_be_lowercase_sha256_hex():
     document = example_document()
     document["nodes"][0]["token_hash_sha256"] = EXAMPLE_NODE_TOKEN_HASH.upper()
-    assert _issues(document) == [
+    assert load_issues(document) == [
         "nodes[0].token_hash_sha256: must be 64 lowercase hex characters (a sha256 digest)"
     ]

@@ -5,13 +5,8 @@ from __future__ import annotations
 import pytest
 
 from catalog.config import ConfigError, ConfigIssue, load_snapshot
+from tests.support.config import load_issues
 from tests.support.config_examples import example_document
-
-
-def _issues(document) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        load_snapshot(document)
-    return [str(issue) for issue in caught.value.issues]
 
 
 def test_issue_renders_as_path_colon_message():
@@ -49,7 +44,7 @@ def test_error_sort_is_stable_and_drops_exact_repeats():
     assert error.issues == (first, second)
 
 
-def test_rcfg5_every_issue_is_reported_at_once_with_its_path():
+def test_every_issue_is_reported_at_once_with_its_path_r_cfg_5():
     """R-CFG-5: independent problems across sections come back in one error."""
     document = example_document()
     document["admin"]["listen"] = "0.0.0.0:7701"
@@ -57,7 +52,7 @@ def test_rcfg5_every_issue_is_reported_at_once_with_its_path():
     document["nodes"][0]["providers"][1]["capcity"] = 3
     document["models"][1]["providers"]["ghost"] = "x"
     document["openai"]["long_context_threshold_tokens"] = -1
-    assert _issues(document) == [
+    assert load_issues(document) == [
         "admin.listen: must be a loopback address (127.0.0.0/8, ::1 or localhost)",
         "models[1].providers.ghost: unknown provider id",
         "nodes[0].providers[0].capacity: must be >= 1",
@@ -66,11 +61,11 @@ def test_rcfg5_every_issue_is_reported_at_once_with_its_path():
     ]
 
 
-def test_rcfg5_cross_field_rules_still_run_beside_a_broken_item():
+def test_cross_field_rules_still_run_beside_a_broken_item_r_cfg_5():
     """R-CFG-5: a provider with a bad field still counts as existing for model references."""
     document = example_document()
     document["nodes"][0]["providers"][0]["priority"] = "high"
-    messages = _issues(document)
+    messages = load_issues(document)
     assert messages == ["nodes[0].providers[0].priority: must be an integer"]
 
 
@@ -81,7 +76,7 @@ def test_unknown_keys_name_the_key_at_every_level():
     document["openai"]["provider_auth"] = {"enabeld": True}
     document["nodes"][0]["aliass"] = "x"
     document["models"][0]["usage"] = "provider"
-    assert _issues(document) == [
+    assert load_issues(document) == [
         "edge.lisen: unknown key",
         "extra_root: unknown key",
         "models[0].usage: unknown key",
@@ -98,7 +93,7 @@ def test_wrong_types_are_named_not_coerced():
         {"id": "n2", "token_hash_sha256": "0" * 64, "providers": {}}
     ]
     document["models"] = {"not": "a list"}
-    assert _issues(document) == [
+    assert load_issues(document) == [
         "models: must be a list",
         "nodes[0].providers[0].capacity: must be an integer",
         "nodes[0].providers[1].enabled: must be true or false",
@@ -111,7 +106,7 @@ def test_required_keys_are_named():
     del document["nodes"][0]["token_hash_sha256"]
     del document["nodes"][0]["providers"][2]["id"]
     del document["models"][0]["providers"]
-    assert _issues(document) == [
+    assert load_issues(document) == [
         "models[0].providers: is required",
         "models[1].providers.cli-a: unknown provider id",  # its provider has no id any more
         "nodes[0].providers[2].id: is required",

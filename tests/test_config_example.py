@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from catalog.config import load_file, load_snapshot, parse_text
+from tests.support.processes import EDGE_YAML
+from tests.support.processes import ROOT as REPO
 
 SPEC_EXAMPLE = Path(__file__).resolve().parents[2] / "shared" / "spec" / "edge.example.yaml"
 SPEC_NODE_EXAMPLE = Path(__file__).resolve().parents[2] / "shared" / "spec" / "node.example.yaml"
-REPO = Path(__file__).resolve().parent.parent
-EDGE_YAML = REPO / "configs" / "edge.yaml"
 NODE_YAML = REPO / "configs" / "node.yaml"
 
 
@@ -45,7 +45,7 @@ def test_example_loads_as_written(path):
 
 
 @pytest.mark.parametrize("path", _texts(), ids=lambda p: p.name)
-def test_rprof7_glm_profiles_are_only_commented_out_in_the_example(path):
+def test_glm_profiles_are_only_commented_out_in_the_example_r_prof_7(path):
     """R-PROF-7: both GLM providers appear in the example, commented out and disabled."""
     text = path.read_text()
     active = [line for line in text.splitlines() if re.match(r"\s*-?\s*profile: glm", line)]
@@ -55,7 +55,7 @@ def test_rprof7_glm_profiles_are_only_commented_out_in_the_example(path):
 
 
 @pytest.mark.parametrize("path", _texts(), ids=lambda p: p.name)
-def test_rprof7_example_glm_block_uncommented_loads_as_two_separate_providers(path):
+def test_example_glm_block_uncommented_loads_as_two_separate_providers_r_prof_7(path):
     """R-PROF-7: General API and Coding Plan are separate providers, endpoints and credentials."""
     snapshot = load_snapshot(parse_text(uncomment_glm(path.read_text())))
     general, coding = snapshot.providers["glm-general"], snapshot.providers["glm-coding"]

@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from catalog.config import ConfigError, load_snapshot
+from catalog.config import load_snapshot
+from tests.support.config import load_issues
 from tests.support.config_examples import example_document
-
-
-def _issues(document) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        load_snapshot(document)
-    return [str(issue) for issue in caught.value.issues]
 
 
 def _providers(document) -> list[dict]:
     return document["nodes"][0]["providers"]
 
 
-def test_rcfg6_threshold_example_value_and_default_is_100000():
+def test_threshold_example_value_and_default_is_100000_r_cfg_6():
     """R-CFG-6: the example value 100000 is also the default."""
     document = example_document()
     del document["openai"]["long_context_threshold_tokens"]
@@ -26,21 +21,21 @@ def test_rcfg6_threshold_example_value_and_default_is_100000():
 
 
 @pytest.mark.parametrize("value", [0, -1])
-def test_rcfg6_threshold_at_or_below_zero_is_rejected(value):
+def test_threshold_at_or_below_zero_is_rejected_r_cfg_6(value):
     """R-CFG-6: a threshold <= 0 is a load error."""
     document = example_document()
     document["openai"]["long_context_threshold_tokens"] = value
-    assert _issues(document) == ["openai.long_context_threshold_tokens: must be > 0"]
+    assert load_issues(document) == ["openai.long_context_threshold_tokens: must be > 0"]
 
 
-def test_rcfg6_threshold_is_exposed():
+def test_threshold_is_exposed_r_cfg_6():
     document = example_document()
     document["openai"]["long_context_threshold_tokens"] = 50000
     assert load_snapshot(document).long_context_threshold_tokens == 50000
 
 
 @pytest.mark.parametrize("pool", [None, {}, {"max_queue": 0}, {"max_queue": None}])
-def test_rcfg7_max_queue_zero_or_omitted_means_16(pool):
+def test_max_queue_zero_or_omitted_means_16_r_cfg_7(pool):
     """R-CFG-7: provider_pool.max_queue 0 or omitted -> 16."""
     document = example_document()
     if pool is None:
@@ -52,7 +47,7 @@ def test_rcfg7_max_queue_zero_or_omitted_means_16(pool):
     assert snapshot.document["provider_pool"]["max_queue"] == 16
 
 
-def test_rcfg7_queue_timeout_omitted_means_30000_and_explicit_zero_means_none():
+def test_queue_timeout_omitted_means_30000_and_explicit_zero_means_none_r_cfg_7():
     """R-CFG-7: queue_timeout_ms omitted -> 30000; explicit 0 stays 0 (no timeout)."""
     document = example_document()
     document["provider_pool"] = {"max_queue": 3}
@@ -64,14 +59,14 @@ def test_rcfg7_queue_timeout_omitted_means_30000_and_explicit_zero_means_none():
 
 
 @pytest.mark.parametrize("key", ["max_queue", "queue_timeout_ms"])
-def test_rcfg7_negative_queue_values_are_rejected(key):
+def test_negative_queue_values_are_rejected_r_cfg_7(key):
     """R-CFG-7: queue values are >= 0."""
     document = example_document()
     document["provider_pool"][key] = -1
-    assert _issues(document) == [f"provider_pool.{key}: must be >= 0"]
+    assert load_issues(document) == [f"provider_pool.{key}: must be >= 0"]
 
 
-def test_rcfg7_agreeing_legacy_provider_keys_are_promoted_to_the_root():
+def test_agreeing_legacy_provider_keys_are_promoted_to_the_root_r_cfg_7():
     """R-CFG-7: with no root keys, equal legacy values move to provider_pool only."""
     document = example_document()
     del document["provider_pool"]
@@ -87,7 +82,7 @@ def test_rcfg7_agreeing_legacy_provider_keys_are_promoted_to_the_root():
     assert load_snapshot(canonical) == snapshot
 
 
-def test_rcfg7_differing_legacy_values_reject_the_load():
+def test_differing_legacy_values_reject_the_load_r_cfg_7():
     """R-CFG-7: legacy values that disagree are a load error at the root key."""
     document = example_document()
     del document["provider_pool"]
@@ -95,7 +90,7 @@ def test_rcfg7_differing_legacy_values_reject_the_load():
     _providers(document)[1]["max_queue"] = 8
     _providers(document)[0]["queue_timeout_ms"] = 1000
     _providers(document)[2]["queue_timeout_ms"] = 2000
-    assert _issues(document) == [
+    assert load_issues(document) == [
         "provider_pool.max_queue: legacy per-provider max_queue values differ "
         "(nodes[0].providers[0]=4, nodes[0].providers[1]=8); set provider_pool.max_queue",
         "provider_pool.queue_timeout_ms: legacy per-provider queue_timeout_ms values differ "
@@ -104,7 +99,7 @@ def test_rcfg7_differing_legacy_values_reject_the_load():
     ]
 
 
-def test_rcfg7_root_keys_win_over_legacy_keys_which_are_dropped():
+def test_root_keys_win_over_legacy_keys_which_are_dropped_r_cfg_7():
     """R-CFG-7: legacy keys are promoted only when the root key is absent."""
     document = example_document()
     document["provider_pool"] = {"max_queue": 7, "queue_timeout_ms": 100}
@@ -116,7 +111,7 @@ def test_rcfg7_root_keys_win_over_legacy_keys_which_are_dropped():
     assert all("max_queue" not in p for p in snapshot.document["nodes"][0]["providers"])
 
 
-def test_rcfg7_legacy_promotion_is_per_key():
+def test_legacy_promotion_is_per_key_r_cfg_7():
     """R-CFG-7: a root max_queue and a legacy queue_timeout_ms combine."""
     document = example_document()
     document["provider_pool"] = {"max_queue": 9}
@@ -125,7 +120,7 @@ def test_rcfg7_legacy_promotion_is_per_key():
     assert (snapshot.max_queue, snapshot.queue_timeout_ms) == (9, 1500)
 
 
-def test_rcfg7_legacy_max_queue_zero_counts_as_unset():
+def test_legacy_max_queue_zero_counts_as_unset_r_cfg_7():
     """R-CFG-7: a legacy 0 means "default" like the root key, so it does not conflict."""
     document = example_document()
     del document["provider_pool"]

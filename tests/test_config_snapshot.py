@@ -6,22 +6,15 @@ import dataclasses
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from catalog.config import ConfigError, EdgeSnapshot, HostPort, load_file, load_snapshot
+from catalog.config import EdgeSnapshot, HostPort, load_file, load_snapshot
+from tests.support.config import load_issues
 from tests.support.config_examples import example_document
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def _issues(document) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        load_snapshot(document)
-    return [str(issue) for issue in caught.value.issues]
+from tests.support.processes import ROOT as REPO
 
 
 def test_snapshot_and_its_parts_are_frozen():
@@ -169,13 +162,13 @@ def test_listen_addresses_parse_to_host_port():
 def test_bad_listen_values_are_rejected_with_the_reason(value, message):
     document = example_document()
     document["openai"]["listen"] = value
-    assert _issues(document) == [f"openai.listen: {message}"]
+    assert load_issues(document) == [f"openai.listen: {message}"]
 
 
 def test_listen_port_must_be_a_string_not_a_number():
     document = example_document()
     document["edge"]["listen"] = 7700
-    assert _issues(document) == ["edge.listen: must be a string"]
+    assert load_issues(document) == ["edge.listen: must be a string"]
 
 
 def test_openai_additions_max_request_bytes_and_metrics_token():
@@ -187,7 +180,7 @@ def test_openai_additions_max_request_bytes_and_metrics_token():
     snapshot = load_snapshot(document)
     assert snapshot.max_request_bytes == 1024 and snapshot.metrics_token.env == "IOP_METRICS_TOKEN"
     document["openai"]["max_request_bytes"] = 1023
-    assert _issues(document) == ["openai.max_request_bytes: must be >= 1024"]
+    assert load_issues(document) == ["openai.max_request_bytes: must be >= 1024"]
 
 
 def test_openai_ingress_can_be_disabled_and_defaults_are_exposed():

@@ -10,7 +10,7 @@ import threading
 import httpx
 import pytest
 
-from tests.harness import TOKEN_REF, Stack
+from tests.support import TOKEN_REF, Stack
 
 pytestmark = pytest.mark.slow
 

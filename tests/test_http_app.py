@@ -1,10 +1,9 @@
-"""OpenAIApp in process (tests.harness.inprocess: a real pool and NodeHub, a scripted Node,
+"""OpenAIApp in process (tests.support.inprocess: a real pool and NodeHub, a scripted Node,
 a daphne-like ASGI driver). Fast checks of dispatch, relay, disconnects and error paths."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 from typing import Any
 
@@ -15,67 +14,7 @@ from nodes import wire
 from pool.http import relay
 from pool.http.app import OpenAIApp
 from pool.http.errors import ERRORS
-from tests.harness.inprocess import WAIT, Call, FakeNode, Runtime, until
-
-TOKEN = "tok-test-caller-7f3a"
-
-
-def sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def document(**openai: Any) -> dict[str, Any]:
-    return {
-        "edge": {"id": "e", "listen": "127.0.0.1:17000"},
-        "admin": {"listen": "127.0.0.1:17001"},
-        "provider_pool": {"max_queue": 1, "queue_timeout_ms": 30000},
-        "openai": {
-            "listen": "127.0.0.1:17002",
-            "principal_tokens": [
-                {"token_ref": "app-a", "token_hash_sha256": sha(TOKEN), "principal_ref": "team-a"}
-            ],
-            "long_context_threshold_tokens": 200,
-            "max_request_bytes": 4096,
-            **openai,
-        },
-        "protocol_profiles": {
-            "messages_api": {
-                "driver": "anthropic_messages",
-                "base_url": "http://127.0.0.1:9/v1",
-                "operations": {"messages": "/messages", "count_tokens": "/messages/count_tokens"},
-                "capabilities": ["messages", "streaming", "tool_calling", "count_tokens"],
-            }
-        },
-        "nodes": [
-            {
-                "id": "n1",
-                "token_hash_sha256": sha("node"),
-                "providers": [
-                    {
-                        "id": "p-open",
-                        "profile": "openai",
-                        "base_url": "http://127.0.0.1:9/v1",
-                        "capacity": 1,
-                        "long_context_capacity": 1,
-                        "context_window_tokens": 8192,
-                    },
-                    {"id": "p-anth", "profile": "messages_api"},
-                    {"id": "p-oll", "profile": "ollama", "base_url": "http://127.0.0.1:9"},
-                ],
-            }
-        ],
-        "models": [
-            {"id": "gpt", "providers": {"p-open": "served-gpt"}},
-            {"id": "claude", "providers": {"p-anth": "served-claude"}},
-            {"id": "local", "providers": {"p-oll": "qwen:7b"}},
-        ],
-    }
-
-
-def api(app: OpenAIApp, method: str, path: str, body: Any = b"", **kw: Any) -> Call:
-    """A request as the test caller (with its token unless ``token`` is given)."""
-    kw.setdefault("token", TOKEN)
-    return Call(app, method, path, body, **kw)
+from tests.support.inprocess import TOKEN, WAIT, FakeNode, Runtime, api, chat, document, until
 
 
 def row(runtime: Runtime, provider_id: str) -> Any:
@@ -91,15 +30,6 @@ async def edge() -> Any:
     yield app, runtime, node
     await runtime.hub.aclose()
     assert runtime.pool.idle(), "every lease released and no waiter left (R-POOL-9)"
-
-
-def chat(stream: bool = False, model: str = "gpt", **extra: Any) -> dict[str, Any]:
-    return {
-        "model": model,
-        "messages": [{"role": "user", "content": "hi"}],
-        "stream": stream,
-        **extra,
-    }
 
 
 async def test_non_stream_chat_relays_the_body_and_meters_once(edge: Any) -> None:
@@ -302,7 +232,7 @@ async def test_an_idle_stream_gets_pings(edge: Any, monkeypatch: Any) -> None:
     assert call.status == 200 and call.body.endswith(b"data: late\n\n")
 
 
-async def test_long_requests_take_a_long_slot_R_POOL_7(edge: Any) -> None:
+async def test_long_requests_take_a_long_slot_r_pool_7(edge: Any) -> None:
     app, runtime, node = edge
     seen: list[int] = []
 
@@ -319,7 +249,7 @@ async def test_long_requests_take_a_long_slot_R_POOL_7(edge: Any) -> None:
     assert seen == [0, 1]
 
 
-async def test_provider_auth_is_forwarded_to_openai_compatible_providers_only_R_AUTH_2() -> None:
+async def test_provider_auth_is_forwarded_to_openai_compatible_providers_only_r_auth_2() -> None:
     doc = document(provider_auth={"enabled": True, "required": False})
     runtime = Runtime(doc)
     node = await FakeNode(runtime.hub).start()
@@ -447,7 +377,7 @@ async def test_an_edge_bug_is_a_json_500_without_a_trace(edge: Any, caplog: Any)
     assert "RuntimeError" in caplog.text
 
 
-async def test_models_lists_the_catalog_groups_R_CFG_11(edge: Any) -> None:
+async def test_models_lists_the_catalog_groups_r_cfg_11(edge: Any) -> None:
     app, _, node = edge
     call = await api(app, "GET", "/v1/models").done()
     data = call.json()

@@ -50,7 +50,7 @@ PRINCIPALS = [
 ]
 
 
-def test_a_principal_token_authenticates_with_its_labels_R_AUTH_1() -> None:
+def test_a_principal_token_authenticates_with_its_labels_r_auth_1() -> None:
     table = AuthTable(snapshot(principal_tokens=PRINCIPALS))
     caller = table.authenticate(h(authorization=f"Bearer {APP_TOKEN}"), x_api_key=False)
     assert caller == Caller(principal_ref="team-a", token_ref="app-a")
@@ -107,7 +107,7 @@ def test_forwarding_is_off_by_default_and_the_header_goes_nowhere() -> None:
     assert rule().forward_headers(h(x_iop_provider_authorization="sk-caller")) == ()
 
 
-def test_legacy_forwarding_puts_the_caller_key_on_the_target_header_R_AUTH_2() -> None:
+def test_legacy_forwarding_puts_the_caller_key_on_the_target_header_r_auth_2() -> None:
     on = rule(enabled=True)
     assert on.forward_headers(h(x_iop_provider_authorization="sk-caller")) == (
         ("Authorization", "Bearer sk-caller"),
@@ -128,7 +128,7 @@ def test_a_required_missing_provider_key_is_401_and_an_optional_one_forwards_not
     assert rule(enabled=True, required=False).forward_headers({}) == ()
 
 
-def test_managed_mode_refuses_caller_provider_credentials_R_AUTH_3() -> None:
+def test_managed_mode_refuses_caller_provider_credentials_r_auth_3() -> None:
     managed = rule(managed=True)
     with pytest.raises(HttpError) as caught:
         managed.forward_headers(h(x_iop_provider_authorization="sk-caller"))

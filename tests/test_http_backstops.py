@@ -10,8 +10,7 @@ import pytest
 
 from pool.http import operations, relay
 from pool.http.app import OpenAIApp
-from tests.harness.inprocess import FakeNode, Runtime
-from tests.test_http_app import api, chat, document
+from tests.support.inprocess import FakeNode, Runtime, api, chat, document
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from pool.http.operations import (
     parse_request,
     upstream_body,
 )
+from tests.support.payloads import chat_body
 
 CHAT = ENDPOINTS["/v1/chat/completions"]
 MESSAGES = ENDPOINTS["/v1/messages"]
@@ -30,16 +31,16 @@ def enc(obj: Any) -> bytes:
     return msgspec.json.encode(obj)
 
 
-def chat(**extra: Any) -> bytes:
-    return enc({"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra})
+def chat_json(**extra: Any) -> bytes:
+    return enc(chat_body("hi", **{"model": "m", **extra}))
 
 
-def test_a_streaming_chat_with_tools_needs_chat_streaming_and_tool_calling_R_PROF_4() -> None:
+def test_a_streaming_chat_with_tools_needs_chat_streaming_and_tool_calling_r_prof_4() -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
-    parsed = parse_request(CHAT, chat(stream=True, tools=tools))
+    parsed = parse_request(CHAT, chat_json(stream=True, tools=tools))
     assert parsed.needs == frozenset({"chat", "streaming", "tool_calling"})
-    assert parse_request(CHAT, chat()).needs == frozenset({"chat"})
-    assert parse_request(CHAT, chat(tools=[])).needs == frozenset({"chat"})
+    assert parse_request(CHAT, chat_json()).needs == frozenset({"chat"})
+    assert parse_request(CHAT, chat_json(tools=[])).needs == frozenset({"chat"})
 
 
 def test_each_endpoint_needs_its_own_capability() -> None:
@@ -61,11 +62,11 @@ def test_needs_sets_are_shared_objects() -> None:
     assert needs_for("chat", True, False) is needs_for("chat", True, False)
 
 
-def test_the_estimate_is_one_token_per_four_body_bytes_R_POOL_7() -> None:
+def test_the_estimate_is_one_token_per_four_body_bytes_r_pool_7() -> None:
     assert estimate_tokens(b"") == 0
     assert estimate_tokens(b"x" * 4) == 1
     assert estimate_tokens(b"x" * 5) == 2
-    body = chat()
+    body = chat_json()
     assert parse_request(CHAT, body).input_tokens_estimate == (len(body) + 3) // 4
 
 
@@ -79,12 +80,12 @@ def test_the_estimate_is_one_token_per_four_body_bytes_R_POOL_7() -> None:
         (enc({"model": "m"}), "messages"),
         (enc({"model": "m", "messages": []}), "messages"),
         (enc({"model": "m", "messages": "hi"}), "messages"),
-        (chat(stream="yes"), "stream"),
-        (chat(tools={"a": 1}), "tools"),
-        (chat(stream_options=True), "stream_options"),
-        (chat(api_base="http://evil.example/v1"), "api_base"),
-        (chat(base_url="http://evil.example/v1"), "base_url"),
-        (chat(api_key="sk-in-body"), "api_key"),
+        (chat_json(stream="yes"), "stream"),
+        (chat_json(tools={"a": 1}), "tools"),
+        (chat_json(stream_options=True), "stream_options"),
+        (chat_json(api_base="http://evil.example/v1"), "api_base"),
+        (chat_json(base_url="http://evil.example/v1"), "base_url"),
+        (chat_json(api_key="sk-in-body"), "api_key"),
     ],
 )
 def test_bad_requests_are_invalid_request_naming_the_field(body: bytes, param: str | None) -> None:
@@ -155,7 +156,7 @@ def test_the_upstream_model_is_the_catalogs_served_name_through_the_profile_mapp
 
 def test_the_upstream_body_carries_the_served_model_and_keeps_everything_else() -> None:
     targets = build_targets(snapshot())
-    parsed = parse_request(CHAT, chat(temperature=0.5, model="group"))
+    parsed = parse_request(CHAT, chat_json(temperature=0.5, model="group"))
     sent = msgspec.json.decode(upstream_body(parsed, targets[("group", "p-open")]))
     assert sent == {
         "model": "served-open",
@@ -166,15 +167,15 @@ def test_the_upstream_body_carries_the_served_model_and_keeps_everything_else() 
 
 def test_openai_chat_streams_ask_for_usage_so_it_can_be_metered() -> None:
     targets = build_targets(snapshot())
-    parsed = parse_request(CHAT, chat(stream=True, stream_options={"other": 1}))
+    parsed = parse_request(CHAT, chat_json(stream=True, stream_options={"other": 1}))
     sent = msgspec.json.decode(upstream_body(parsed, targets[("group", "p-open")]))
     assert sent["stream_options"] == {"other": 1, "include_usage": True}
     # normalized providers and non-stream requests are left alone
-    parsed = parse_request(CHAT, chat(stream=True))
+    parsed = parse_request(CHAT, chat_json(stream=True))
     assert "stream_options" not in msgspec.json.decode(
         upstream_body(parsed, targets[("group", "p-oll")])
     )
-    parsed = parse_request(CHAT, chat())
+    parsed = parse_request(CHAT, chat_json())
     assert "stream_options" not in msgspec.json.decode(
         upstream_body(parsed, targets[("group", "p-open")])
     )

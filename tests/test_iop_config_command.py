@@ -16,9 +16,8 @@ from django.core.management import CommandError, call_command
 from catalog.config import load_snapshot, parse_text
 from catalog.documents import catalog_is_empty, catalog_to_document, document_to_catalog
 from catalog.models import Node
+from tests.support.processes import EDGE_YAML, ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-EDGE_YAML = ROOT / "configs" / "edge.yaml"
 BROKEN_PATHS = (
     "nodes[0].providers[0].capacity",
     "nodes[0].providers[1].long_context_capacity",

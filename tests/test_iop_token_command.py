@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 from io import StringIO
-from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -13,8 +12,7 @@ from django.core.management import CommandError, call_command
 from catalog.config import parse_text
 from catalog.documents import catalog_to_document, document_to_catalog
 from catalog.models import Node, PrincipalToken, Provider
-
-EDGE_YAML = Path(__file__).resolve().parent.parent / "configs" / "edge.yaml"
+from tests.support.processes import EDGE_YAML
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from pool.metering import UsageMeter
 from pool.metering import store as ledger
 from pool.metering.pending import Counts, UsageKey
 from pool.models import UsageBucket
-from tests.metering_support import record_factory
+from tests.support.metering import record_factory
 
 HOUR_0 = 1_759_996_800  # 2025-10-09 08:00 UTC
 COLUMNS = ("principal_ref", "token_ref", "model_group", "attributed_to", "attribution",

@@ -16,7 +16,7 @@ from catalog.config import EdgeSnapshot, load_snapshot
 from iop_site.env import env_int
 from pool.metering import UsageMeter, usage_retention_days
 from pool.metering.pending import Counts, UsageKey
-from tests.metering_support import record_factory
+from tests.support.metering import record_factory
 
 NOW = 1_760_000_000.0  # 2025-10-09 08:53:20 UTC; its hour bucket starts at 08:00:
 HOUR = 1_759_996_800

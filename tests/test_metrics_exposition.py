@@ -17,7 +17,9 @@ from iop_site.control import ControlApp
 from iop_site.runtime import EdgeRuntime
 from pool.http.metrics import metrics_response, scrape_allowed
 from pool.models import UsageBucket
-from tests.metering_support import record_factory
+from tests.support.clock import Clock
+from tests.support.metering import record_factory
+from tests.support.pools import enqueue
 
 # Canary values: configured as provider credentials, caller tokens and the scrape token.
 CANARIES = {
@@ -68,17 +70,15 @@ record = record_factory(input_tokens=11, output_tokens=22, duration_s=0.2, strea
 
 
 @pytest.fixture
-def clock() -> dict[str, float]:
-    return {"now": 1000.0}
+def clock() -> Clock:
+    return Clock(1000.0)
 
 
 @pytest.fixture
-async def runtime(
-    monkeypatch: pytest.MonkeyPatch, clock: dict[str, float]
-) -> AsyncIterator[EdgeRuntime]:
+async def runtime(monkeypatch: pytest.MonkeyPatch, clock: Clock) -> AsyncIterator[EdgeRuntime]:
     for name, value in CANARIES.items():
         monkeypatch.setenv(name, value)
-    edge = EdgeRuntime(load_snapshot(yaml.safe_load(CONFIG)), clock=lambda: clock["now"])
+    edge = EdgeRuntime(load_snapshot(yaml.safe_load(CONFIG)), clock=clock)
     yield edge
     edge.meter.pending.take()  # these tests check the exposition; the ledger has its own tests
     await edge.aclose()
@@ -154,20 +154,14 @@ async def test_metrics_show_the_request_under_model_group_attribution(
                                provider="ollama-local", code="ok"): 1}  # fmt: skip
 
 
-async def test_pool_gauges_are_read_at_scrape_time(
-    runtime: EdgeRuntime, clock: dict[str, float]
-) -> None:
+async def test_pool_gauges_are_read_at_scrape_time(runtime: EdgeRuntime, clock: Clock) -> None:
     """R-POOL-8: per-provider in-flight, capacity, queued, online; queue depth and oldest wait."""
     pool = runtime.pool
     pool.node_ready("node-a", 1)
     first = await pool.acquire("qwen-local")
     second = await pool.acquire("qwen-local")
-    waiter = asyncio.create_task(pool.acquire("qwen-local"))
-    for _ in range(100):  # bounded: the waiter enqueues within a few loop turns
-        if pool.snapshot().queue_depth:
-            break
-        await asyncio.sleep(0)
-    clock["now"] += 2.5
+    waiter = await enqueue(pool, "qwen-local")
+    clock.now += 2.5
     _, _, text = await scrape(runtime)
 
     def gauge(name: str, provider: str) -> float:

@@ -8,7 +8,7 @@ import signal
 import httpx
 import pytest
 
-from tests.harness import Stack
+from tests.support import Stack
 
 pytestmark = pytest.mark.slow
 

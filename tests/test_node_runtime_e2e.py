@@ -13,7 +13,6 @@ import json
 import math
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,13 +20,14 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
 
 from nodes import wire
-from tests.harness import FakeUpstream, Stack
-from tests.harness.processes import Proc, child_env
+from tests.support import FakeUpstream, Stack
+from tests.support.payloads import chat_body
+from tests.support.processes import Proc, child_env
+from tests.support.stack import provider_row
 
 pytestmark = pytest.mark.slow
 
@@ -71,29 +71,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @pytest.fixture(autouse=True)
 def idle_after(stack: Stack) -> Iterator[None]:
-    stack.reset_upstreams()
-    yield
-    stack.reset_upstreams()  # a stall left by a failed test must not hold the next one
-    for index, node in enumerate(stack.nodes):
-        if not node.alive():
-            stack.restart_node(index)
-    stack.wait_idle()
+    with stack.clean_slate():
+        yield
 
 
 # --- helpers -----------------------------------------------------------------------------------
-
-
-def chat(model: str, text: str = "hello", *, stream: bool = False) -> dict[str, Any]:
-    return {"model": model, "stream": stream, "messages": [{"role": "user", "content": text}]}
-
-
-def row(snapshot: dict[str, Any], provider_id: str) -> dict[str, Any]:
-    return next(p for p in snapshot["providers"] if p["provider_id"] == provider_id)
-
-
-async def until(stack: Stack, done: Callable[[dict[str, Any]], bool], what: str) -> None:
-    """Poll /pool off the event loop, so the loop's own requests keep moving."""
-    await asyncio.to_thread(stack.wait_until, done, WAIT_S, what)
 
 
 def wait_for(done: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
@@ -133,13 +115,9 @@ def dial(stack: Stack, node_id: str, token: str) -> Any:
 
 def ok_requests(stack: Stack, model_group: str, provider_id: str) -> float:
     """``iop_requests_total`` of successful requests for one group and provider."""
-    with urllib.request.urlopen(stack.admin_url + "/metrics", timeout=5) as resp:
-        text = resp.read().decode()
     return sum(
         sample.value
-        for family in text_string_to_metric_families(text)
-        if family.name == "iop_requests"
-        for sample in family.samples
+        for sample in stack.metrics()
         if sample.name == "iop_requests_total"
         and sample.labels.get("model_group") == model_group
         and sample.labels.get("provider") == provider_id
@@ -162,19 +140,21 @@ class LogTail:
 
 def kill_and_wait_offline(stack: Stack, index: int, provider_id: str) -> None:
     stack.kill_node(index)
-    stack.wait_until(lambda s: not row(s, provider_id)["online"], WAIT_S, "provider offline")
+    stack.wait_until(
+        lambda s: not provider_row(s, provider_id)["online"], WAIT_S, "provider offline"
+    )
 
 
 # --- R-NODE-1 / R-POOL-6: readiness ------------------------------------------------------------
 
 
-async def test_providers_are_candidates_only_once_the_node_is_ready_R_NODE_1_R_POOL_6(
+async def test_providers_are_candidates_only_once_the_node_is_ready_r_node_1_r_pool_6(
     stack: Stack,
 ) -> None:
     """Not connected, then accepted-but-pending: offline, and a request fails at once with
     503; after the real Node's ready the same request succeeds."""
     await asyncio.to_thread(kill_and_wait_offline, stack, B, "p-b")
-    body = chat("b-only")
+    body = chat_body(model="b-only")
     async with client(stack) as http:
         started = time.monotonic()
         gone = await http.post(CHAT_PATH, json=body)
@@ -189,7 +169,7 @@ async def test_providers_are_candidates_only_once_the_node_is_ready_R_NODE_1_R_P
             assert isinstance(answer, wire.RegisterResponse)
             assert [p.id for p in answer.payload.providers] == ["p-b"]  # accepted
             snapshot = await asyncio.to_thread(stack.pool_snapshot)
-            assert row(snapshot, "p-b")["online"] is False
+            assert provider_row(snapshot, "p-b")["online"] is False
             started = time.monotonic()
             pending = await http.post(CHAT_PATH, json=body)
             assert time.monotonic() - started < AT_ONCE_S
@@ -219,7 +199,7 @@ async def test_a_bad_node_token_is_refused_with_403_before_accept(stack: Stack) 
             pass
     assert refused.value.response.status_code == 403
     snapshot = await asyncio.to_thread(stack.pool_snapshot)
-    assert row(snapshot, "p-a")["online"] is True  # node-a's session was never superseded
+    assert provider_row(snapshot, "p-a")["online"] is True  # node-a's session was never superseded
     edge_lines, node_lines = edge_log.new(), node_log.new()
     assert "superseded" not in edge_lines and "node node-a generation" not in edge_lines
     assert "replaced this one" not in node_lines
@@ -250,7 +230,7 @@ def test_a_node_with_a_wrong_token_keeps_retrying_and_never_comes_online(stack: 
     try:
 
         def refused_twice() -> bool:
-            assert not row(stack.pool_snapshot(), "p-b")["online"]
+            assert not provider_row(stack.pool_snapshot(), "p-b")["online"]
             return impostor.log.read_text().count(refusals) >= 2
 
         wait_for(refused_twice, "two refused attempts")
@@ -268,7 +248,7 @@ def test_a_node_with_a_wrong_token_keeps_retrying_and_never_comes_online(stack: 
 # --- R-NODE-3: a queued waiter across a reconnect ----------------------------------------------
 
 
-async def test_a_queued_waiter_is_dispatched_once_when_a_node_reconnects_R_NODE_3(
+async def test_a_queued_waiter_is_dispatched_once_when_a_node_reconnects_r_node_3(
     stack: Stack,
 ) -> None:
     """node-b is down and p-a's one slot is held: a request for ``shared`` queues (p-a is a
@@ -279,10 +259,10 @@ async def test_a_queued_waiter_is_dispatched_once_when_a_node_reconnects_R_NODE_
     ok_before = await asyncio.to_thread(ok_requests, stack, "shared", "p-b")
     marker = "queued-across-a-reconnect"
     async with client(stack) as http:
-        holder = asyncio.create_task(http.post(CHAT_PATH, json=chat("shared", "holder")))
-        await until(stack, lambda s: row(s, "p-a")["in_flight"] == 1, "p-a busy")
-        waiter = asyncio.create_task(http.post(CHAT_PATH, json=chat("shared", marker)))
-        await until(stack, lambda s: s["queue_depth"] == 1, "one waiter queued")
+        holder = asyncio.create_task(http.post(CHAT_PATH, json=chat_body("holder", model="shared")))
+        await stack.until(lambda s: provider_row(s, "p-a")["in_flight"] == 1, "p-a busy")
+        waiter = asyncio.create_task(http.post(CHAT_PATH, json=chat_body(marker, model="shared")))
+        await stack.until(lambda s: s["queue_depth"] == 1, "one waiter queued")
         assert not waiter.done()
 
         await asyncio.to_thread(stack.restart_node, B)
@@ -303,7 +283,7 @@ async def test_a_queued_waiter_is_dispatched_once_when_a_node_reconnects_R_NODE_
 # --- a Node dying mid-stream -------------------------------------------------------------------
 
 
-def test_a_node_killed_mid_stream_ends_the_stream_with_an_error_event_R_POOL_9(
+def test_a_node_killed_mid_stream_ends_the_stream_with_an_error_event_r_pool_9(
     stack: Stack,
 ) -> None:
     """SIGKILL of the Node while it streams: the client gets an in-band error event (never a
@@ -313,13 +293,15 @@ def test_a_node_killed_mid_stream_ends_the_stream_with_an_error_event_R_POOL_9(
     headers = {"authorization": f"Bearer {stack.token}"}
     with (
         httpx.Client(base_url=stack.openai_url, headers=headers, timeout=30) as http,
-        http.stream("POST", CHAT_PATH, json=chat("b-only", stream=True)) as resp,
+        http.stream("POST", CHAT_PATH, json=chat_body(model="b-only", stream=True)) as resp,
     ):
         assert resp.status_code == 200
         lines = (line for line in resp.iter_lines() if line)
         first = json.loads(next(lines).removeprefix("data: "))
         assert first["choices"][0]["delta"]["role"] == "assistant"
-        stack.wait_until(lambda s: row(s, "p-b")["in_flight"] == 1, WAIT_S, "p-b streaming")
+        stack.wait_until(
+            lambda s: provider_row(s, "p-b")["in_flight"] == 1, WAIT_S, "p-b streaming"
+        )
         stack.kill_node(B)
         rest = list(lines)
     assert rest and rest[-1] != "data: [DONE]"
@@ -329,9 +311,12 @@ def test_a_node_killed_mid_stream_ends_the_stream_with_an_error_event_R_POOL_9(
 
     up_b.reset()
     stack.restart_node(B)
-    assert row(stack.pool_snapshot(), "p-b")["in_flight"] == 0  # online, and released
+    assert provider_row(stack.pool_snapshot(), "p-b")["in_flight"] == 0  # online, and released
     again = httpx.post(
-        stack.v1_url + "/chat/completions", json=chat("b-only"), headers=headers, timeout=30
+        stack.v1_url + "/chat/completions",
+        json=chat_body(model="b-only"),
+        headers=headers,
+        timeout=30,
     )
     assert again.status_code == 200, again.text
     assert sent(up_b) == 1

@@ -2,7 +2,7 @@
 loopback upstreams: mid-stream drops and idle stalls, first-byte stalls, a client leaving
 while queued, a CLI command killed on cancel. Every test ends with the pool idle (R-POOL-9).
 
-Already proven elsewhere and not repeated here (tests/test_openai_errors.py): a dropped
+Already proven elsewhere and not repeated here (tests/test_openai_errors_e2e.py): a dropped
 tunnel stream through the SDK, a non-stream first-byte 504 on the tunnel path, and a client
 leaving a running stream.
 """
@@ -14,16 +14,17 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from tests.fakes import CLI_TOOL
-from tests.fakes.procs import alive, reaped
-from tests.harness import FakeUpstream, Stack
+from tests.support import FakeUpstream, Stack
+from tests.support.payloads import chat_body
+from tests.support.pids import alive, reaped
+from tests.support.stack import provider_row
 
 pytestmark = pytest.mark.slow
 
@@ -67,10 +68,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @pytest.fixture(autouse=True)
 def idle_after(stack: Stack) -> Iterator[None]:
-    stack.reset_upstreams()
-    yield
-    stack.reset_upstreams()
-    stack.wait_idle()
+    with stack.clean_slate():
+        yield
 
 
 @pytest.fixture
@@ -78,14 +77,6 @@ def http(stack: Stack) -> Iterator[httpx.Client]:
     headers = {"authorization": f"Bearer {stack.token}"}
     with httpx.Client(base_url=stack.openai_url, headers=headers, timeout=30) as client:
         yield client
-
-
-def chat(model: str, text: str = "hello", *, stream: bool = False) -> dict[str, Any]:
-    return {"model": model, "stream": stream, "messages": [{"role": "user", "content": text}]}
-
-
-def row(snapshot: dict[str, Any], provider_id: str) -> dict[str, Any]:
-    return next(p for p in snapshot["providers"] if p["provider_id"] == provider_id)
 
 
 def data_lines(resp: httpx.Response) -> list[str]:
@@ -109,7 +100,7 @@ def assert_idle_provider(stack: Stack, provider_id: str) -> None:
         ("ollama", "p-ollama", "ollama", "drop", "upstream_error"),
     ],
 )
-def test_a_stream_failing_mid_way_ends_with_an_in_band_error_R_POOL_9(
+def test_a_stream_failing_mid_way_ends_with_an_in_band_error_r_pool_9(
     stack: Stack,
     http: httpx.Client,
     model: str,
@@ -125,7 +116,7 @@ def test_a_stream_failing_mid_way_ends_with_an_in_band_error_R_POOL_9(
         faults.stall_mid_stream = math.inf
     else:
         faults.drop_mid_stream = True
-    with http.stream("POST", CHAT_PATH, json=chat(model, stream=True)) as resp:
+    with http.stream("POST", CHAT_PATH, json=chat_body(model=model, stream=True)) as resp:
         assert resp.status_code == 200
         lines = data_lines(resp)
     assert len(lines) >= 2 and "data: [DONE]" not in lines
@@ -153,7 +144,7 @@ def test_a_stall_before_the_first_byte_is_a_plain_504_upstream_timeout(
     504 (no event stream); the Node abandons the upstream call and the lease (R-POOL-9)."""
     stack.upstream(upstream).server.faults.stall_before_first_byte = math.inf
     started = time.monotonic()
-    resp = http.post(CHAT_PATH, json=chat(model, stream=stream))
+    resp = http.post(CHAT_PATH, json=chat_body(model=model, stream=stream))
     assert time.monotonic() - started < AT_ONCE_S
     assert resp.status_code == 504, resp.text
     assert resp.headers["content-type"] == "application/json"
@@ -166,11 +157,7 @@ def test_a_stall_before_the_first_byte_is_a_plain_504_upstream_timeout(
 # --- cancellation ------------------------------------------------------------------------------
 
 
-async def until(stack: Stack, done: Callable[[dict[str, Any]], bool], what: str) -> None:
-    await asyncio.to_thread(stack.wait_until, done, WAIT_S, what)
-
-
-async def test_a_client_leaving_while_queued_leaves_the_queue_at_once_R_POOL_9(
+async def test_a_client_leaving_while_queued_leaves_the_queue_at_once_r_pool_9(
     stack: Stack,
 ) -> None:
     """The queued request's client disconnects: the queue is empty again at once, and when
@@ -180,21 +167,20 @@ async def test_a_client_leaving_while_queued_leaves_the_queue_at_once_R_POOL_9(
     marker = "left-while-queued"
     headers = {"authorization": f"Bearer {stack.token}"}
     async with httpx.AsyncClient(base_url=stack.openai_url, headers=headers, timeout=30) as cl:
-        holder = asyncio.create_task(cl.post(CHAT_PATH, json=chat("one-slot", "holder")))
-        await until(stack, lambda s: row(s, "p-one")["in_flight"] == 1, "p-one busy")
-        waiter = asyncio.create_task(cl.post(CHAT_PATH, json=chat("one-slot", marker)))
-        await until(
-            stack,
-            lambda s: s["queue_depth"] == 1 and row(s, "p-one")["queued"] == 1,
+        holder = asyncio.create_task(cl.post(CHAT_PATH, json=chat_body("holder", model="one-slot")))
+        await stack.until(lambda s: provider_row(s, "p-one")["in_flight"] == 1, "p-one busy")
+        waiter = asyncio.create_task(cl.post(CHAT_PATH, json=chat_body(marker, model="one-slot")))
+        await stack.until(
+            lambda s: s["queue_depth"] == 1 and provider_row(s, "p-one")["queued"] == 1,
             "one waiter queued",
         )
         waiter.cancel()  # the client goes away while its request waits
         with pytest.raises(asyncio.CancelledError):
             await waiter
         started = time.monotonic()
-        await until(stack, lambda s: s["queue_depth"] == 0, "the queue empty")
+        await stack.until(lambda s: s["queue_depth"] == 0, "the queue empty")
         assert time.monotonic() - started < AT_ONCE_S
-        assert row(await asyncio.to_thread(stack.pool_snapshot), "p-one")["in_flight"] == 1
+        assert provider_row(await asyncio.to_thread(stack.pool_snapshot), "p-one")["in_flight"] == 1
 
         holder.cancel()  # frees the slot the waiter would have taken had it stayed
         with pytest.raises(asyncio.CancelledError):
@@ -212,7 +198,7 @@ def test_a_cli_command_is_killed_when_its_client_leaves_mid_stream(
     client disconnects mid-stream; the slot is free again (R-POOL-9)."""
     pidfile = Path(stack.dir / PIDFILE)
     pidfile.unlink(missing_ok=True)
-    with http.stream("POST", CHAT_PATH, json=chat("cli", stream=True)) as resp:
+    with http.stream("POST", CHAT_PATH, json=chat_body(model="cli", stream=True)) as resp:
         assert resp.status_code == 200
         lines = resp.iter_lines()  # held open: a dropped iterator would close the response
         first = next(line for line in lines if line.startswith("data: "))

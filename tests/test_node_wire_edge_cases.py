@@ -19,9 +19,9 @@ from pool.engine import ProviderPool
 from pool.policy import policy_from_snapshot
 from tests.fakes import FakeOpenAI
 from tests.fakes.edge import FakeEdge
-from tests.fakes.harness import running_node
-from tests.fakes.payloads import chat_body, node_payload, openai_provider
-from tests.test_http_app import document
+from tests.support.inprocess import document
+from tests.support.node_agent import running_node
+from tests.support.payloads import chat_body, node_payload, openai_provider
 
 WAIT = 5.0
 
@@ -48,7 +48,7 @@ class Frames:
         return self.sent[0]
 
 
-async def test_the_first_frame_to_a_new_node_is_register_response_R_NODE_1() -> None:
+async def test_the_first_frame_to_a_new_node_is_register_response_r_node_1() -> None:
     doc = document()
     doc["nodes"].append(
         {
@@ -110,7 +110,7 @@ async def test_a_node_registers_when_a_ping_arrives_before_register_response(tmp
             assert kinds[:3] == [wire.Register, wire.Pong, wire.Ready]
 
 
-async def test_an_echoed_forwarded_credential_is_redacted_from_the_error_R_AUTH_2() -> None:
+async def test_an_echoed_forwarded_credential_is_redacted_from_the_error_r_auth_2() -> None:
     raw = "sk-caller-forwarded-0123456789"
     async with FakeOpenAI() as upstream:
         upstream.faults.status = 401

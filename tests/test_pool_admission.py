@@ -8,37 +8,13 @@ import pytest
 
 from pool.engine import (
     NotAdmitted,
-    PoolPolicy,
     PoolProvider,
     ProviderPool,
     ProviderStatus,
     Unavailable,
     UnknownModel,
 )
-
-
-def prov(
-    pid: str,
-    node: str = "n1",
-    cap: int = 1,
-    long_cap: int = 0,
-    prio: int = 10,
-    enabled: bool = True,
-    caps: tuple[str, ...] = ("chat",),
-) -> PoolProvider:
-    return PoolProvider(node, pid, cap, long_cap, prio, enabled, frozenset(caps))
-
-
-def ready_pool(
-    *providers: PoolProvider,
-    groups: dict[str, tuple[str, ...]] | None = None,
-    ready: tuple[str, ...] | None = None,
-) -> ProviderPool:
-    groups = groups or {"m": tuple(p.provider_id for p in providers)}
-    pool = ProviderPool(PoolPolicy(providers, groups, max_queue=16, queue_timeout_ms=0))
-    for node in ready if ready is not None else {p.node_id for p in providers}:
-        pool.node_ready(node, 1)
-    return pool
+from tests.support.pools import prov, ready_pool
 
 
 def row(pool: ProviderPool, pid: str) -> ProviderStatus:

@@ -6,51 +6,21 @@ import asyncio
 
 import pytest
 
-from pool.engine import Lease, PoolPolicy, PoolProvider, ProviderPool, QueueTimeout
-
-
-class Clock:
-    """A hand-driven clock: time moves only when a test says so."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def prov(pid: str, cap: int = 1, prio: int = 10, node: str = "n1") -> PoolProvider:
-    return PoolProvider(node, pid, cap, 0, prio, True, frozenset({"chat"}))
+from pool.engine import PoolPolicy, PoolProvider, ProviderPool, QueueTimeout
+from tests.support.clock import Clock
+from tests.support.pools import enqueue, prov, ready_pool
 
 
 def policy(*providers: PoolProvider, timeout_ms: int = 0) -> PoolPolicy:
     return PoolPolicy(providers, {"m": tuple(p.provider_id for p in providers)}, 16, timeout_ms)
 
 
-def make_pool(
-    *providers: PoolProvider, timeout_ms: int = 0, clock: Clock | None = None
-) -> ProviderPool:
-    pool = ProviderPool(policy(*providers, timeout_ms=timeout_ms), clock=clock or Clock())
-    pool.node_ready("n1", 1)
-    return pool
-
-
 def in_flight(pool: ProviderPool, pid: str) -> int:
     return next(r.in_flight for r in pool.snapshot().providers if r.provider_id == pid)
 
 
-async def enqueue(pool: ProviderPool) -> asyncio.Task[Lease]:
-    depth = pool.snapshot().queue_depth
-    task = asyncio.create_task(pool.acquire("m"))
-    for _ in range(100):
-        if pool.snapshot().queue_depth == depth + 1:
-            return task
-        await asyncio.sleep(0)
-    raise AssertionError("the waiter never reached the queue")
-
-
 async def test_apply_keeps_existing_leases_r_ref_3() -> None:
-    pool = make_pool(prov("a", cap=2))
+    pool = ready_pool(prov("a", cap=2))
     leases = [await pool.acquire("m"), await pool.acquire("m")]
     pool.apply(policy(prov("a", cap=2, prio=1)))
     assert in_flight(pool, "a") == 2
@@ -59,7 +29,7 @@ async def test_apply_keeps_existing_leases_r_ref_3() -> None:
 
 
 async def test_lowered_capacity_admits_nothing_until_in_flight_is_below_it_r_ref_3() -> None:
-    pool = make_pool(prov("a", cap=3))
+    pool = ready_pool(prov("a", cap=3))
     leases = [await pool.acquire("m") for _ in range(3)]
     pool.apply(policy(prov("a", cap=1)))
     waiter = await enqueue(pool)  # 3 running, capacity 1: queue
@@ -72,7 +42,7 @@ async def test_lowered_capacity_admits_nothing_until_in_flight_is_below_it_r_ref
 
 
 async def test_raised_capacity_dispatches_waiters_in_enqueue_order_r_ref_3() -> None:
-    pool = make_pool(prov("a", cap=1))
+    pool = ready_pool(prov("a", cap=1))
     await pool.acquire("m")
     first, second, third = [await enqueue(pool) for _ in range(3)]
     pool.apply(policy(prov("a", cap=3)))  # two more slots: the two oldest waiters get them
@@ -84,7 +54,7 @@ async def test_raised_capacity_dispatches_waiters_in_enqueue_order_r_ref_3() -> 
 
 
 async def test_new_provider_takes_a_waiter_at_apply_r_ref_3() -> None:
-    pool = make_pool(prov("a"))
+    pool = ready_pool(prov("a"))
     await pool.acquire("m")
     waiter = await enqueue(pool)
     pool.apply(policy(prov("a"), prov("b")))
@@ -93,7 +63,7 @@ async def test_new_provider_takes_a_waiter_at_apply_r_ref_3() -> None:
 
 async def test_apply_recomputes_deadlines_from_enqueue_time_r_ref_3() -> None:
     clock = Clock()
-    pool = make_pool(prov("a"), timeout_ms=10_000, clock=clock)
+    pool = ready_pool(prov("a"), timeout_ms=10_000, clock=clock)
     await pool.acquire("m")
     old = await enqueue(pool)
     clock.now += 2.0
@@ -114,7 +84,7 @@ async def test_apply_recomputes_deadlines_from_enqueue_time_r_ref_3() -> None:
 
 async def test_apply_with_zero_timeout_removes_deadlines_r_ref_3() -> None:
     clock = Clock()
-    pool = make_pool(prov("a"), timeout_ms=1_000, clock=clock)
+    pool = ready_pool(prov("a"), timeout_ms=1_000, clock=clock)
     lease = await pool.acquire("m")
     waiter = await enqueue(pool)
     pool.apply(policy(prov("a"), timeout_ms=0))
@@ -125,7 +95,7 @@ async def test_apply_with_zero_timeout_removes_deadlines_r_ref_3() -> None:
 
 
 async def test_priority_change_steers_the_next_selection_r_ref_3() -> None:
-    pool = make_pool(prov("a", cap=4, prio=10), prov("b", cap=4, prio=20))
+    pool = ready_pool(prov("a", cap=4, prio=10), prov("b", cap=4, prio=20))
     lease = await pool.acquire("m")
     assert lease.provider_id == "a"
     pool.release(lease)

@@ -7,43 +7,17 @@ import asyncio
 import pytest
 
 from pool.engine import (
-    Lease,
     PoolPolicy,
-    PoolProvider,
     ProviderPool,
     QueueFull,
     QueueTimeout,
     Unavailable,
 )
+from tests.support.clock import Clock
+from tests.support.pools import enqueue, prov, ready_pool
 
-A = PoolProvider("n1", "a", 1, 1, 10, True, frozenset({"chat"}))
+A = prov("a", long_cap=1)
 POLICY = PoolPolicy((A,), {"m": ("a",)}, max_queue=4, queue_timeout_ms=0)
-
-
-class Clock:
-    """A hand-driven clock: time moves only when a test says so."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def ready_pool(policy: PoolPolicy = POLICY, clock: Clock | None = None) -> ProviderPool:
-    pool = ProviderPool(policy, clock=clock or Clock())
-    pool.node_ready("n1", 1)
-    return pool
-
-
-async def enqueue(pool: ProviderPool, long: bool = False) -> asyncio.Task[Lease]:
-    depth = pool.snapshot().queue_depth
-    task = asyncio.create_task(pool.acquire("m", long=long))
-    for _ in range(100):
-        if pool.snapshot().queue_depth == depth + 1:
-            return task
-        await asyncio.sleep(0)
-    raise AssertionError("the waiter never reached the queue")
 
 
 def assert_zeroed(pool: ProviderPool) -> None:
@@ -54,7 +28,7 @@ def assert_zeroed(pool: ProviderPool) -> None:
 
 
 async def test_cancel_while_queued_counters_return_to_zero() -> None:
-    pool = ready_pool()
+    pool = ready_pool(A, max_queue=4)
     lease = await pool.acquire("m")
     waiter = await enqueue(pool)
     waiter.cancel()
@@ -66,7 +40,7 @@ async def test_cancel_while_queued_counters_return_to_zero() -> None:
 
 
 async def test_cancel_just_before_a_release_is_never_dispatched_counters_return_to_zero() -> None:
-    pool = ready_pool()
+    pool = ready_pool(A, max_queue=4)
     lease = await pool.acquire("m")
     gone, behind = await enqueue(pool), await enqueue(pool)
     gone.cancel()  # same loop tick: the cancelled task has not run its cleanup yet
@@ -80,7 +54,7 @@ async def test_cancel_just_before_a_release_is_never_dispatched_counters_return_
 
 
 async def test_cancel_in_the_tick_a_lease_is_granted_counters_return_to_zero() -> None:
-    pool = ready_pool()
+    pool = ready_pool(A, max_queue=4)
     lease = await pool.acquire("m", long=True)
     waiter = await enqueue(pool, long=True)
     pool.release(lease)  # grants the waiter synchronously...
@@ -92,7 +66,7 @@ async def test_cancel_in_the_tick_a_lease_is_granted_counters_return_to_zero() -
 
 
 async def test_timeout_wrapper_cancelling_a_waiter_counters_return_to_zero() -> None:
-    pool = ready_pool()
+    pool = ready_pool(A, max_queue=4)
     lease = await pool.acquire("m")
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(pool.acquire("m"), 0.01)
@@ -101,7 +75,7 @@ async def test_timeout_wrapper_cancelling_a_waiter_counters_return_to_zero() -> 
 
 
 async def test_release_twice_counters_return_to_zero() -> None:
-    pool = ready_pool()
+    pool = ready_pool(A, max_queue=4)
     lease = await pool.acquire("m", long=True)
     assert not lease.released
     assert pool.release(lease) is True
@@ -112,7 +86,7 @@ async def test_release_twice_counters_return_to_zero() -> None:
 
 
 async def test_release_after_node_gone_counters_return_to_zero() -> None:
-    pool = ready_pool()
+    pool = ready_pool(A, max_queue=4)
     lease = await pool.acquire("m")
     pool.node_gone("n1", 1)
     assert not pool.idle()  # still counted until its run releases it
@@ -124,7 +98,7 @@ async def test_release_after_node_gone_counters_return_to_zero() -> None:
 
 
 async def test_release_after_apply_removed_the_provider_counters_return_to_zero() -> None:
-    pool = ready_pool()
+    pool = ready_pool(A, max_queue=4)
     lease = await pool.acquire("m")
     pool.apply(PoolPolicy((), {"m": ()}, 4, 0))
     assert pool.snapshot().providers == () and not pool.idle()
@@ -138,7 +112,7 @@ async def test_release_after_apply_removed_the_provider_counters_return_to_zero(
 async def test_provider_readded_while_its_lease_runs_keeps_counting_counters_return_to_zero() -> (
     None
 ):
-    pool = ready_pool()
+    pool = ready_pool(A, max_queue=4)
     lease = await pool.acquire("m")
     pool.apply(PoolPolicy((), {"m": ()}, 4, 0))
     pool.apply(POLICY)
@@ -151,7 +125,7 @@ async def test_provider_readded_while_its_lease_runs_keeps_counting_counters_ret
 
 async def test_queue_timeout_counters_return_to_zero() -> None:
     clock = Clock()
-    pool = ready_pool(PoolPolicy((A,), {"m": ("a",)}, 4, queue_timeout_ms=500), clock)
+    pool = ready_pool(A, max_queue=4, timeout_ms=500, clock=clock)
     lease = await pool.acquire("m")
     waiter = await enqueue(pool)
     clock.now += 0.5
@@ -163,7 +137,7 @@ async def test_queue_timeout_counters_return_to_zero() -> None:
 
 
 async def test_unavailable_while_waiting_counters_return_to_zero() -> None:
-    pool = ready_pool()
+    pool = ready_pool(A, max_queue=4)
     lease = await pool.acquire("m")
     waiter = await enqueue(pool)
     pool.node_gone("n1", 1)
@@ -174,7 +148,7 @@ async def test_unavailable_while_waiting_counters_return_to_zero() -> None:
 
 
 async def test_queue_full_counters_return_to_zero() -> None:
-    pool = ready_pool(PoolPolicy((A,), {"m": ("a",)}, max_queue=1, queue_timeout_ms=0))
+    pool = ready_pool(A, max_queue=1)
     lease = await pool.acquire("m")
     waiter = await enqueue(pool)
     with pytest.raises(QueueFull):
@@ -185,7 +159,7 @@ async def test_queue_full_counters_return_to_zero() -> None:
 
 
 async def test_many_cancelled_waiters_under_churn_counters_return_to_zero() -> None:
-    pool = ready_pool(PoolPolicy((A,), {"m": ("a",)}, max_queue=64, queue_timeout_ms=0))
+    pool = ready_pool(A, max_queue=64)
     lease = await pool.acquire("m")
     waiters = [await enqueue(pool, long=i % 3 == 0) for i in range(40)]
     for task in waiters[::2]:

@@ -15,35 +15,8 @@ from pool.engine import (
     QueueTimeout,
     Unavailable,
 )
-
-
-class Clock:
-    """A hand-driven clock: time moves only when a test says so."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def prov(pid: str, node: str = "n1", cap: int = 1, long_cap: int = 0) -> PoolProvider:
-    return PoolProvider(node, pid, cap, long_cap, 10, True, frozenset({"chat"}))
-
-
-def make_pool(
-    *providers: PoolProvider,
-    groups: dict[str, tuple[str, ...]] | None = None,
-    max_queue: int = 16,
-    timeout_ms: int = 0,
-    clock: Clock | None = None,
-) -> ProviderPool:
-    groups = groups or {"m": tuple(p.provider_id for p in providers)}
-    policy = PoolPolicy(providers, groups, max_queue=max_queue, queue_timeout_ms=timeout_ms)
-    pool = ProviderPool(policy, clock=clock or Clock())
-    for node in sorted({p.node_id for p in providers}):
-        pool.node_ready(node, 1)
-    return pool
+from tests.support.clock import Clock
+from tests.support.pools import prov, ready_pool
 
 
 async def wait_queued(pool: ProviderPool, depth: int) -> None:
@@ -68,7 +41,7 @@ async def queue_up(
 
 
 async def test_queue_full_rejects_at_once_across_model_groups_r_pool_4() -> None:
-    pool = make_pool(prov("a"), prov("b"), groups={"ma": ("a",), "mb": ("b",)}, max_queue=2)
+    pool = ready_pool(prov("a"), prov("b"), groups={"ma": ("a",), "mb": ("b",)}, max_queue=2)
     await pool.acquire("ma")
     await pool.acquire("mb")
     waiters = await queue_up(pool, "ma", "mb")  # the bound counts both groups together
@@ -93,7 +66,7 @@ async def test_waiter_times_out_by_itself_after_queue_timeout_r_pool_4() -> None
 
 async def test_waiters_time_out_in_enqueue_order_at_their_own_deadline_r_pool_4() -> None:
     clock = Clock()
-    pool = make_pool(prov("a"), timeout_ms=1000, clock=clock)
+    pool = ready_pool(prov("a"), timeout_ms=1000, clock=clock)
     await pool.acquire("m")
     (first,) = await queue_up(pool, "m")
     clock.now += 0.5
@@ -111,7 +84,7 @@ async def test_waiters_time_out_in_enqueue_order_at_their_own_deadline_r_pool_4(
 
 async def test_an_overdue_waiter_does_not_make_the_queue_look_full_r_pool_4() -> None:
     clock = Clock()
-    pool = make_pool(prov("a"), max_queue=1, timeout_ms=1000, clock=clock)
+    pool = ready_pool(prov("a"), max_queue=1, timeout_ms=1000, clock=clock)
     await pool.acquire("m")
     (overdue,) = await queue_up(pool, "m")
     clock.now += 1.0  # due, and the arrival below comes before the timer's turn
@@ -126,7 +99,7 @@ async def test_an_overdue_waiter_does_not_make_the_queue_look_full_r_pool_4() ->
 
 async def test_zero_timeout_means_no_deadline_r_pool_4() -> None:
     clock = Clock()
-    pool = make_pool(prov("a"), timeout_ms=0, clock=clock)
+    pool = ready_pool(prov("a"), timeout_ms=0, clock=clock)
     lease = await pool.acquire("m")
     (waiter,) = await queue_up(pool, "m")
     clock.now += 86400.0
@@ -141,7 +114,7 @@ async def first_done(tasks: list[asyncio.Task[Lease]]) -> set[asyncio.Task[Lease
 
 
 async def test_release_dispatches_the_earliest_waiter_first_r_pool_5() -> None:
-    pool = make_pool(prov("a"))
+    pool = ready_pool(prov("a"))
     lease = await pool.acquire("m")
     tasks = await queue_up(pool, "m", "m", "m")
     for i, task in enumerate(tasks):
@@ -151,7 +124,7 @@ async def test_release_dispatches_the_earliest_waiter_first_r_pool_5() -> None:
 
 
 async def test_waiter_that_cannot_run_does_not_block_a_later_one_r_pool_5() -> None:
-    pool = make_pool(prov("a"), prov("b"), groups={"ma": ("a",), "mb": ("b",)})
+    pool = ready_pool(prov("a"), prov("b"), groups={"ma": ("a",), "mb": ("b",)})
     await pool.acquire("ma")
     lease_b = await pool.acquire("mb")
     blocked, runnable = await queue_up(pool, "ma", "mb")
@@ -163,7 +136,7 @@ async def test_waiter_that_cannot_run_does_not_block_a_later_one_r_pool_5() -> N
 
 
 async def test_long_waiter_at_the_head_does_not_block_a_normal_one_r_pool_5() -> None:
-    pool = make_pool(prov("a", cap=2, long_cap=1))
+    pool = ready_pool(prov("a", cap=2, long_cap=1))
     await pool.acquire("m", long=True)
     normal = await pool.acquire("m")
     (long_waiter,) = await queue_up(pool, "m", long=True)
@@ -179,7 +152,7 @@ async def test_waiter_ends_unavailable_at_once_when_its_candidates_vanish_r_pool
     how: str,
 ) -> None:
     clock = Clock()
-    pool = make_pool(prov("a"), timeout_ms=60000, clock=clock)
+    pool = ready_pool(prov("a"), timeout_ms=60000, clock=clock)
     await pool.acquire("m")
     waiter = asyncio.create_task(pool.acquire("m", frozenset({"chat"})))
     await wait_queued(pool, 1)
@@ -198,7 +171,7 @@ async def test_waiter_ends_unavailable_at_once_when_its_candidates_vanish_r_pool
 
 
 async def test_waiter_keeps_waiting_while_another_candidate_is_live_r_pool_6() -> None:
-    pool = make_pool(prov("a", node="n1"), prov("b", node="n2"))
+    pool = ready_pool(prov("a", node="n1"), prov("b", node="n2"))
     await pool.acquire("m")
     lease_b = await pool.acquire("m")
     (waiter,) = await queue_up(pool, "m")
@@ -209,7 +182,7 @@ async def test_waiter_keeps_waiting_while_another_candidate_is_live_r_pool_6() -
 
 
 async def test_node_becoming_ready_dispatches_a_queued_waiter_once_r_node_1_r_node_3() -> None:
-    pool = make_pool(prov("a", node="n1"), prov("b", node="n2"))
+    pool = ready_pool(prov("a", node="n1"), prov("b", node="n2"))
     pool.node_gone("n2", 1)  # n2 drops; "a" keeps the waiter alive
     await pool.acquire("m")
     (waiter,) = await queue_up(pool, "m")
@@ -223,14 +196,14 @@ async def test_node_becoming_ready_dispatches_a_queued_waiter_once_r_node_1_r_no
 
 
 async def test_older_generation_going_away_keeps_the_ready_node_r_node_1() -> None:
-    pool = make_pool(prov("a"))
+    pool = ready_pool(prov("a"))
     pool.node_ready("n1", 2)
     pool.node_gone("n1", 1)  # the replaced connection closes late
     assert (await pool.acquire("m")).provider_id == "a"
 
 
 async def test_ready_of_an_ended_generation_is_ignored_r_node_1() -> None:
-    pool = make_pool(prov("a"))
+    pool = ready_pool(prov("a"))
     pool.node_gone("n1", 1)
     pool.node_ready("n1", 1)  # a late ready of the connection that already ended
     with pytest.raises(Unavailable):

@@ -5,18 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 
-from pool.engine import Lease, PoolPolicy, PoolProvider, ProviderPool
-
-
-class Clock:
-    """A hand-driven clock: time moves only when a test says so."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
+from pool.engine import PoolPolicy, PoolProvider, ProviderPool
+from tests.support.clock import Clock
+from tests.support.pools import enqueue
 
 POLICY = PoolPolicy(
     (
@@ -28,15 +19,6 @@ POLICY = PoolPolicy(
     max_queue=16,
     queue_timeout_ms=0,
 )
-
-
-async def enqueue(pool: ProviderPool, model: str, depth: int) -> asyncio.Task[Lease]:
-    task = asyncio.create_task(pool.acquire(model))
-    for _ in range(100):
-        if pool.snapshot().queue_depth == depth:
-            return task
-        await asyncio.sleep(0)
-    raise AssertionError("the waiter never reached the queue")
 
 
 def test_offline_providers_keep_identity_with_zero_figures_r_pool_8() -> None:
@@ -60,9 +42,9 @@ async def test_snapshot_counts_leases_and_distinct_queued_requests_r_pool_8() ->
     pool.node_ready("n2", 1)
     held = [await pool.acquire("m", long=True)]  # z-remote: lowest priority value
     held += [await pool.acquire("m") for _ in range(4)]  # fills z-remote (3) and b-local (2)
-    waiters = [await enqueue(pool, "m", 1)]
+    waiters = [await enqueue(pool, "m")]
     clock.now += 0.25
-    waiters.append(await enqueue(pool, "other", 2))
+    waiters.append(await enqueue(pool, "other"))
     clock.now += 0.25
     snap = pool.snapshot()
     rows = {r.provider_id: r for r in snap.providers}

@@ -27,7 +27,7 @@ def _profile(base_url: str | None, **operations: str) -> RuntimeProfile:
     )
 
 
-def test_rprof3_closed_operation_sets_per_driver():
+def test_closed_operation_sets_per_driver_r_prof_3():
     """R-PROF-3: each driver's operation set, exactly."""
     assert OPERATIONS_BY_DRIVER["openai_chat"] == {
         "models",
@@ -41,13 +41,13 @@ def test_rprof3_closed_operation_sets_per_driver():
     assert OPERATIONS_BY_DRIVER["cli"] == {"chat"}
 
 
-def test_rprof3_every_builtin_declares_only_operations_of_its_driver():
+def test_every_builtin_declares_only_operations_of_its_driver_r_prof_3():
     """R-PROF-3: built-ins respect their driver's closed set."""
     for profile in BUILTIN_PROFILES.values():
         assert set(profile.operations) <= OPERATIONS_BY_DRIVER[profile.driver], profile.name
 
 
-def test_rprof4_capability_vocabulary():
+def test_capability_vocabulary_r_prof_4():
     """R-PROF-4: the capability names."""
     expected = {"messages", "chat", "responses", "streaming", "tool_calling", "count_tokens"}
     assert expected | {"models"} == CAPABILITIES
@@ -55,7 +55,7 @@ def test_rprof4_capability_vocabulary():
         assert profile.capabilities <= CAPABILITIES
 
 
-def test_rprof4_admission_needs_every_capability_of_the_request():
+def test_admission_needs_every_capability_of_the_request_r_prof_4():
     """R-PROF-4: a streaming chat with tools needs chat, streaming and tool_calling."""
     glm, ollama = BUILTIN_PROFILES["glm"], BUILTIN_PROFILES["ollama"]
     needs = frozenset({"chat", "streaming", "tool_calling"})
@@ -66,7 +66,7 @@ def test_rprof4_admission_needs_every_capability_of_the_request():
     assert glm.admits(frozenset())
 
 
-def test_rprof5_map_model_maps_known_keys_and_passes_others_through():
+def test_map_model_maps_known_keys_and_passes_others_through_r_prof_5():
     """R-PROF-5: model_mapping maps the external key; unmapped models are unchanged."""
     profile = dataclasses.replace(_profile("http://x/v1"), model_mapping={"qwen-local": "Qwen/Q"})
     assert profile.map_model("qwen-local") == "Qwen/Q"
@@ -84,13 +84,13 @@ def test_rprof5_map_model_maps_known_keys_and_passes_others_through():
         ("http://h:8000/v1//", "//chat/completions"),
     ],
 )
-def test_rprof6_relative_paths_join_exactly_once(base_url, path):
+def test_relative_paths_join_exactly_once_r_prof_6(base_url, path):
     """R-PROF-6: no double and no missing slash, whatever the inputs' slashes."""
     profile = _profile(base_url, chat_completions=path)
     assert profile.resolve_operation_url("chat_completions") == "http://h:8000/v1/chat/completions"
 
 
-def test_rprof6_absolute_operation_urls_are_returned_unchanged():
+def test_absolute_operation_urls_are_returned_unchanged_r_prof_6():
     """R-PROF-6: an absolute operation URL ignores the base URL."""
     absolute = "https://other.example/api/v2/chat?x"
     profile = _profile("http://h/v1", chat_completions=absolute)
@@ -100,7 +100,7 @@ def test_rprof6_absolute_operation_urls_are_returned_unchanged():
     )
 
 
-def test_rprof6_unknown_operation_is_a_clear_key_error():
+def test_unknown_operation_is_a_clear_key_error_r_prof_6():
     """R-PROF-6: asking for an undeclared operation names the profile and the operation."""
     with pytest.raises(KeyError) as caught:
         BUILTIN_PROFILES["glm"].resolve_operation_url("responses")
@@ -112,7 +112,7 @@ def test_rprof6_unknown_operation_is_a_clear_key_error():
         _profile(None, models="/models").resolve_operation_url("models")
 
 
-def test_rprof6_builtin_urls_resolve_to_complete_upstream_urls():
+def test_builtin_urls_resolve_to_complete_upstream_urls_r_prof_6():
     """R-PROF-6: each built-in's operations resolve against its base URL."""
     assert BUILTIN_PROFILES["openai"].operation_urls() == {
         "models": "https://api.openai.com/v1/models",
@@ -128,7 +128,7 @@ def test_rprof6_builtin_urls_resolve_to_complete_upstream_urls():
     }
 
 
-def test_rprof7_glm_and_glm_coding_are_separate_identities():
+def test_glm_and_glm_coding_are_separate_identities_r_prof_7():
     """R-PROF-7: two endpoints sharing openai_chat, Bearer and capabilities; no responses."""
     glm, coding = BUILTIN_PROFILES["glm"], BUILTIN_PROFILES["glm_coding"]
     assert glm.name != coding.name and glm != coding

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from catalog.config import AuthSpec, ConfigError, load_snapshot
+from catalog.config import AuthSpec, load_snapshot
+from tests.support.config import load_issues
 from tests.support.config_examples import example_document
-
-
-def _issues(document) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        load_snapshot(document)
-    return [str(issue) for issue in caught.value.issues]
 
 
 def _with_profiles(profiles: dict, selected: str | None = None) -> dict:
@@ -35,7 +30,7 @@ LOCAL_VLLM = {
 }
 
 
-def test_rprof1_overlay_resolves_over_its_base():
+def test_overlay_resolves_over_its_base_r_prof_1():
     """R-PROF-1: set fields replace the base's; unset ones are inherited."""
     snapshot = load_snapshot(_with_profiles({"local_vllm": LOCAL_VLLM}, "local_vllm"))
     spec = snapshot.providers["compat-a"]
@@ -59,7 +54,7 @@ def test_rprof1_overlay_resolves_over_its_base():
     assert snapshot.document["protocol_profiles"]["local_vllm"] == LOCAL_VLLM
 
 
-def test_rprof1_overlay_inherits_unset_fields_and_merges_mappings():
+def test_overlay_inherits_unset_fields_and_merges_mappings_r_prof_1():
     """R-PROF-1: base inheritance chains through custom profiles; auth merges by field."""
     profiles = {
         "root": {
@@ -85,9 +80,9 @@ def test_rprof1_overlay_inherits_unset_fields_and_merges_mappings():
     assert leaf.capabilities == snapshot.profiles["openai"].capabilities
 
 
-def test_rprof1_overlay_without_base_needs_a_driver():
+def test_overlay_without_base_needs_a_driver_r_prof_1():
     """R-PROF-1: a base-less profile declares its driver."""
-    assert _issues(_with_profiles({"p": {"base_url": "http://h/v1"}})) == [
+    assert load_issues(_with_profiles({"p": {"base_url": "http://h/v1"}})) == [
         "protocol_profiles.p.driver: is required when the profile has no base"
     ]
     profile = {
@@ -100,36 +95,36 @@ def test_rprof1_overlay_without_base_needs_a_driver():
     assert snapshot.profiles["p"].auth.type == "none"
 
 
-def test_rprof1_unknown_base_and_cycles_are_errors_naming_the_path():
+def test_unknown_base_and_cycles_are_errors_naming_the_path_r_prof_1():
     """R-PROF-1: a base that does not exist, or an inheritance cycle, rejects the load."""
-    assert _issues(_with_profiles({"p": {"base": "nowhere"}})) == [
+    assert load_issues(_with_profiles({"p": {"base": "nowhere"}})) == [
         "protocol_profiles.p.base: unknown profile 'nowhere'"
     ]
-    assert _issues(
+    assert load_issues(
         _with_profiles({"a": {"base": "b"}, "b": {"base": "c"}, "c": {"base": "a"}})
     ) == ["protocol_profiles.c.base: inheritance cycle: a -> b -> c -> a"]
-    assert _issues(_with_profiles({"self": {"base": "self"}})) == [
+    assert load_issues(_with_profiles({"self": {"base": "self"}})) == [
         "protocol_profiles.self.base: inheritance cycle: self -> self"
     ]
 
 
-def test_rprof1_custom_profile_may_not_shadow_a_builtin():
-    assert _issues(_with_profiles({"glm": {"base": "openai"}})) == [
+def test_custom_profile_may_not_shadow_a_builtin_r_prof_1():
+    assert load_issues(_with_profiles({"glm": {"base": "openai"}})) == [
         "protocol_profiles.glm: shadows a built-in profile; use another name"
     ]
 
 
-def test_rprof1_unknown_profile_fields_and_capabilities_are_rejected():
+def test_unknown_profile_fields_and_capabilities_are_rejected_r_prof_1():
     """R-PROF-1/R-PROF-4: only the overlay fields, only the known capabilities."""
     profiles = {"p": {"base": "openai", "capabilities": ["chat", "teleport"], "timeout": 3}}
-    assert _issues(_with_profiles(profiles)) == [
+    assert load_issues(_with_profiles(profiles)) == [
         "protocol_profiles.p.capabilities[1]: must be one of 'messages', 'chat', 'responses', "
         "'streaming', 'tool_calling', 'count_tokens' or 'models'",
         "protocol_profiles.p.timeout: unknown key",
     ]
 
 
-def test_rprof3_operation_outside_the_driver_set_is_a_load_error():
+def test_operation_outside_the_driver_set_is_a_load_error_r_prof_3():
     """R-PROF-3: messages is not an openai_chat operation."""
     profiles = {
         "p": {
@@ -138,13 +133,13 @@ def test_rprof3_operation_outside_the_driver_set_is_a_load_error():
             "capabilities": ["models"],
         }
     }
-    assert _issues(_with_profiles(profiles)) == [
+    assert load_issues(_with_profiles(profiles)) == [
         "protocol_profiles.p.operations.messages: not an operation of driver openai_chat "
         "(allowed: chat_completions, count_tokens, models, responses)"
     ]
 
 
-def test_rprof3_changing_the_driver_does_not_inherit_driver_specific_operations():
+def test_changing_the_driver_does_not_inherit_driver_specific_operations_r_prof_3():
     """R-PROF-3: over another driver, operations and capabilities must be declared anew."""
     profiles = {"claude_relay": {"base": "openai", "driver": "anthropic_messages"}}
     snapshot = load_snapshot(_with_profiles(profiles))
@@ -152,42 +147,42 @@ def test_rprof3_changing_the_driver_does_not_inherit_driver_specific_operations(
     assert dict(relay.operations) == {} and relay.capabilities == frozenset()
 
 
-def test_rprof4_declared_capability_needs_its_operation():
+def test_declared_capability_needs_its_operation_r_prof_4():
     """R-PROF-4: declaring responses without a responses operation is rejected."""
     profiles = {"p": {"base": "glm", "capabilities": ["chat", "responses"]}}
-    assert _issues(_with_profiles(profiles)) == [
+    assert load_issues(_with_profiles(profiles)) == [
         "protocol_profiles.p.capabilities: capability responses needs operation responses"
     ]
 
 
-def test_rprof2_provider_selects_exactly_one_of_profile_or_type():
+def test_provider_selects_exactly_one_of_profile_or_type_r_prof_2():
     """R-PROF-2: a provider names a catalog profile or a legacy type, never both or neither."""
     document = example_document()
     document["nodes"][0]["providers"][1]["type"] = "ollama"
     del document["nodes"][0]["providers"][2]["type"]
-    assert _issues(document) == [
+    assert load_issues(document) == [
         "nodes[0].providers[1].type: set exactly one of profile or type, not both",
         "nodes[0].providers[2].profile: is required (or a legacy type)",
     ]
 
 
-def test_rprof2_unknown_profile_selector_lists_the_catalog():
+def test_unknown_profile_selector_lists_the_catalog_r_prof_2():
     """R-PROF-2: a selector must name a built-in or custom profile."""
     document = _with_profiles({"mine": {"base": "openai"}})
     document["nodes"][0]["providers"][1]["profile"] = "olama"
-    assert _issues(document) == [
+    assert load_issues(document) == [
         "nodes[0].providers[1].profile: unknown profile 'olama' (known: anthropic, cli, glm, "
         "glm_coding, mine, ollama, openai, openai_responses)"
     ]
 
 
-def test_rprof2_provider_of_a_broken_custom_profile_is_not_reported_twice():
+def test_provider_of_a_broken_custom_profile_is_not_reported_twice_r_prof_2():
     """R-PROF-2: the broken profile is the one error."""
     document = _with_profiles({"broken": {"base": "nowhere"}}, "broken")
-    assert _issues(document) == ["protocol_profiles.broken.base: unknown profile 'nowhere'"]
+    assert load_issues(document) == ["protocol_profiles.broken.base: unknown profile 'nowhere'"]
 
 
-def test_rprof2_source_document_keeps_the_selector_not_the_resolved_profile():
+def test_source_document_keeps_the_selector_not_the_resolved_profile_r_prof_2():
     """R-PROF-2: the canonical document stays selector + catalog."""
     snapshot = load_snapshot(example_document())
     provider = snapshot.document["nodes"][0]["providers"][1]
@@ -203,7 +198,7 @@ def test_rprof2_source_document_keeps_the_selector_not_the_resolved_profile():
         ("seulgivibe_openai", "openai_chat", "openai_compat", "seulgivibe_openai"),
     ],
 )
-def test_rprof8_rprof9_legacy_http_types_normalize_to_openai_compat_drivers(
+def test_legacy_http_types_normalize_to_openai_compat_drivers_r_prof_8_r_prof_9(
     type_name, driver, adapter, label
 ):
     """R-PROF-8/9: legacy types resolve to openai_compat with a tunnel driver; labels kept."""
@@ -216,7 +211,7 @@ def test_rprof8_rprof9_legacy_http_types_normalize_to_openai_compat_drivers(
     assert spec.base_url == "http://127.0.0.1:9001/v1"
 
 
-def test_rprof8_explicit_label_wins_over_the_seulgivibe_alias():
+def test_explicit_label_wins_over_the_seulgivibe_alias_r_prof_8():
     """R-PROF-8: the alias is the label only when no label is set."""
     document = example_document()
     document["nodes"][0]["providers"][0]["type"] = "seulgivibe_claude"
@@ -233,16 +228,16 @@ def test_labels_default_to_the_profile_name():
     ]
 
 
-def test_rprof9_legacy_http_types_need_a_base_url():
+def test_legacy_http_types_need_a_base_url_r_prof_9():
     """R-PROF-9: an OpenAI-compatible legacy provider has no default endpoint."""
     document = example_document()
     del document["nodes"][0]["providers"][0]["base_url"]
-    assert _issues(document) == [
+    assert load_issues(document) == [
         "nodes[0].providers[0].base_url: is required for type openai_compat"
     ]
 
 
-def test_rprof2_legacy_cli_and_ollama_types_match_their_builtins():
+def test_legacy_cli_and_ollama_types_match_their_builtins_r_prof_2():
     """R-PROF-2: type cli / ollama normalize to the built-in profiles."""
     document = example_document()
     document["nodes"][0]["providers"][1] = {
@@ -261,7 +256,7 @@ def test_rprof2_legacy_cli_and_ollama_types_match_their_builtins():
 def test_unknown_legacy_type_is_rejected():
     document = example_document()
     document["nodes"][0]["providers"][0]["type"] = "vllm"
-    (message,) = _issues(document)
+    (message,) = load_issues(document)
     assert message.startswith("nodes[0].providers[0].type: must be one of 'openai_compat'")
 
 
@@ -274,7 +269,7 @@ def test_cli_provider_settings():
     cli["credential"] = {"env": "K"}
     document["nodes"][0]["providers"][0]["command"] = ["x"]
     document["nodes"][0]["providers"][0]["run_timeout_ms"] = 5
-    assert _issues(document) == [
+    assert load_issues(document) == [
         "nodes[0].providers[0].command: is only for cli providers",
         "nodes[0].providers[0].run_timeout_ms: is only for cli providers",
         "nodes[0].providers[2].base_url: is not used by a cli provider",
@@ -308,7 +303,7 @@ def test_profile_without_base_url_needs_one_on_the_provider():
     }
     document = _with_profiles(profiles, "bare")
     del document["nodes"][0]["providers"][0]["base_url"]
-    assert _issues(document) == [
+    assert load_issues(document) == [
         "nodes[0].providers[0].base_url: is required: profile bare has none"
     ]
 
@@ -316,14 +311,14 @@ def test_profile_without_base_url_needs_one_on_the_provider():
 def test_credential_on_a_profile_without_auth_is_rejected():
     document = example_document()
     document["nodes"][0]["providers"][1]["credential"] = {"env": "OLLAMA_KEY"}
-    assert _issues(document) == [
+    assert load_issues(document) == [
         "nodes[0].providers[1].credential: profile ollama sends no credential (auth type none)"
     ]
 
 
 def test_profile_base_url_and_extensions_are_validated():
     profiles = {"p": {"base": "openai", "base_url": "ftp://h/v1", "extensions": {"when": {1, 2}}}}
-    messages = _issues(_with_profiles(profiles))
+    messages = load_issues(_with_profiles(profiles))
     assert messages == [
         "protocol_profiles.p.base_url: must be an http:// or https:// URL with a host",
         "protocol_profiles.p.extensions: must hold only JSON values "

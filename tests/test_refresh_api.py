@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -15,13 +14,10 @@ from edgekit.running import attach_runtime
 from iop_site.runtime import EdgeRuntime
 from refresh.models import ConfigRevision
 from refresh.startup import startup_snapshot
+from tests.support.config import provider
+from tests.support.processes import EDGE_YAML
 
-EDGE_YAML = Path(__file__).resolve().parent.parent / "configs" / "edge.yaml"
 State = ConfigRevision.State
-
-
-def provider(doc: dict, provider_id: str) -> dict:
-    return next(p for n in doc["nodes"] for p in n["providers"] if p["id"] == provider_id)
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,14 +18,10 @@ from pool.engine import Lease, Unavailable
 from refresh import services
 from refresh.models import ConfigRevision
 from refresh.startup import startup_snapshot
+from tests.support.config import Doc, provider
+from tests.support.processes import EDGE_YAML
 
 pytestmark = pytest.mark.django_db(transaction=True)
-EDGE_YAML = Path(__file__).resolve().parent.parent / "configs" / "edge.yaml"
-Doc = dict[str, Any]
-
-
-def provider(doc: Doc, provider_id: str) -> Doc:
-    return next(p for n in doc["nodes"] for p in n["providers"] if p["id"] == provider_id)
 
 
 def model(doc: Doc, model_id: str) -> Doc:

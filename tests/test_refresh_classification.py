@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,14 +23,10 @@ from refresh.classify import (
 )
 from refresh.diff import parse_pattern
 from refresh.report import diff_report
+from tests.support.config import Doc, provider
+from tests.support.processes import EDGE_YAML
 
-EDGE_YAML = Path(__file__).resolve().parent.parent / "configs" / "edge.yaml"
 BASE = load_file(EDGE_YAML).document
-Doc = dict[str, Any]
-
-
-def provider(doc: Doc, provider_id: str) -> Doc:
-    return next(p for n in doc["nodes"] for p in n["providers"] if p["id"] == provider_id)
 
 
 def model(doc: Doc, model_id: str) -> Doc:

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.harness import Stack
+from tests.support import Stack
+from tests.support.config import provider
 
 pytestmark = pytest.mark.slow
 TIMEOUT_S = 10.0
@@ -34,7 +35,7 @@ class Edge:
     def refresh(self, mode: str, document: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         body = json.dumps({"mode": mode, "config": document}).encode()
         request = urllib.request.Request(
-            self.stack.admin_url + "/refresh",
+            self.stack.control_url + "/refresh",
             data=body,
             headers={"Content-Type": "application/json"},
         )
@@ -49,9 +50,6 @@ class Edge:
 
     def edit(self) -> dict[str, Any]:
         return copy.deepcopy(self.document)
-
-    def provider(self, document: dict[str, Any], provider_id: str) -> dict[str, Any]:
-        return next(p for n in document["nodes"] for p in n["providers"] if p["id"] == provider_id)
 
     def chat(self, *, stream: bool) -> tuple[int, str]:
         body = {
@@ -183,20 +181,20 @@ def test_applies_under_load_lose_no_request_and_keep_every_lease(edge, hold):
         edge.wait_pool("2 running, 4 queued", lambda s: s["queue_depth"] == requests - 2)
 
         candidate = edge.edit()
-        edge.provider(candidate, "p-a")["capacity"] = 3
+        provider(candidate, "p-a")["capacity"] = 3
         assert edge.refresh("apply", candidate)[0] == 200
         edge.wait_pool(
             "capacity raised: 4 running", lambda s: sum(r["in_flight"] for r in s["providers"]) == 4
         )
 
         candidate = edge.edit()
-        edge.provider(candidate, "p-a")["capacity"] = 1
+        provider(candidate, "p-a")["capacity"] = 1
         assert edge.refresh("apply", candidate)[0] == 200
         rows = {r["provider_id"]: r for r in edge.stack.pool_snapshot()["providers"]}
         assert rows["p-a"]["in_flight"] == 3 and rows["p-a"]["capacity"] == 1  # leases kept
 
         candidate = edge.edit()
-        edge.provider(candidate, "p-b")["enabled"] = False
+        provider(candidate, "p-b")["enabled"] = False
         assert edge.refresh("apply", candidate)[0] == 200
         candidate = edge.edit()
         candidate["models"][0]["providers"]["p-a"] = "served-a3"
@@ -215,14 +213,14 @@ def test_applies_under_load_lose_no_request_and_keep_every_lease(edge, hold):
     # Everything queued after the disable ran on p-a, under its new mapping.
     assert hold.upstream_models().count("served-a3") >= 2
     candidate = edge.edit()
-    edge.provider(candidate, "p-b")["enabled"] = True
+    provider(candidate, "p-b")["enabled"] = True
     assert edge.refresh("apply", candidate)[0] == 200
 
 
 def test_a_refused_apply_changes_nothing_on_the_running_edge(edge):
     before = edge.stack.pool_snapshot()
     candidate = edge.edit()
-    edge.provider(candidate, "p-a")["capacity"] = 5
+    provider(candidate, "p-a")["capacity"] = 5
     candidate["edge"]["id"] = "edge-renamed"
     status, report = edge.refresh("apply", candidate)
     assert status == 409 and report["restart_required_paths"] == ["edge.id"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,9 +17,10 @@ from iop_site.control_refresh import handle_refresh
 from iop_site.runtime import EdgeRuntime
 from refresh.models import ConfigRevision
 from refresh.startup import startup_snapshot
+from tests.support.config import provider
+from tests.support.processes import EDGE_YAML
 
 pytestmark = pytest.mark.django_db(transaction=True)
-EDGE_YAML = Path(__file__).resolve().parent.parent / "configs" / "edge.yaml"
 LOOPBACK = ("127.0.0.1", 50123)
 
 
@@ -29,10 +29,6 @@ async def edge(transactional_db):
     runtime = EdgeRuntime(await sync_to_async(startup_snapshot)(str(EDGE_YAML)))
     yield runtime
     await runtime.aclose()
-
-
-def provider(doc: dict, provider_id: str) -> dict:
-    return next(p for n in doc["nodes"] for p in n["providers"] if p["id"] == provider_id)
 
 
 async def call(

@@ -5,13 +5,12 @@ from __future__ import annotations
 import copy
 import json
 import random
-from pathlib import Path
 
 from catalog.config import load_file
 from refresh.diff import diff_documents, parse_pattern, render
 from refresh.report import REDACTED, diff_report, error_report
+from tests.support.processes import EDGE_YAML
 
-EDGE_YAML = Path(__file__).resolve().parent.parent / "configs" / "edge.yaml"
 BASE = load_file(EDGE_YAML).document
 LISTS = (
     "changed_nodes",

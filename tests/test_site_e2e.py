@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.harness import Stack
+from tests.support import Stack
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,7 @@ def test_the_admin_site_and_its_static_files_are_served_on_the_openai_listener(s
 def test_the_admin_listener_serves_no_django_pages_and_the_openai_listener_no_refresh(
     stack: Stack,
 ):
-    assert httpx.get(stack.admin_url + "/admin/login/", timeout=5).status_code == 404
+    assert httpx.get(stack.control_url + "/admin/login/", timeout=5).status_code == 404
     refresh = httpx.post(stack.openai_url + "/refresh", json={"mode": "dry_run"}, timeout=5)
     assert refresh.status_code in (404, 405)
     pool = httpx.get(stack.openai_url + "/pool", timeout=5)

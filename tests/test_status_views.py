@@ -16,6 +16,7 @@ from catalog.config import load_snapshot
 from edgekit.running import attach_runtime
 from iop_site.runtime import EdgeRuntime
 from pool.engine import Lease
+from tests.support.clock import Clock
 
 T = TypeVar("T")
 
@@ -73,8 +74,8 @@ class LivePool:
     """A real EdgeRuntime whose pool runs on its own event loop thread, as under daphne."""
 
     def __init__(self) -> None:
-        self.now = 1000.0  # a fixed clock makes waits exact
-        self.runtime = EdgeRuntime(load_snapshot(DOC), clock=lambda: self.now)
+        self.clock = Clock(1000.0)  # a fixed clock makes waits exact
+        self.runtime = EdgeRuntime(load_snapshot(DOC), clock=self.clock)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
@@ -109,7 +110,7 @@ def live() -> Iterator[tuple[LivePool, list[Lease]]]:
     waiting = pool.call(lambda: pool.loop.create_task(engine.acquire("m-full")))
     pool.run(asyncio.sleep, 0)  # one loop turn: the task has queued its waiter
     assert pool.snapshot()["queue_depth"] == 1
-    pool.now += 2.5
+    pool.clock.now += 2.5
     attach_runtime(pool.runtime)
     yield pool, leases
     attach_runtime(None)

@@ -4,14 +4,12 @@ R-PROF-7, R-PROF-7b, R-CFG-12)."""
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Iterator
 
 import openai
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.harness import PRINCIPAL_REF, TOKEN_REF, Stack
+from tests.support import PRINCIPAL_REF, TOKEN_REF, Stack
 
 pytestmark = pytest.mark.slow
 
@@ -61,13 +59,9 @@ def client(stack: Stack) -> Iterator[openai.OpenAI]:
 
 
 def token_samples(stack: Stack) -> list[dict[str, str]]:
-    with urllib.request.urlopen(stack.admin_url + "/metrics", timeout=5) as resp:
-        text = resp.read().decode()
     return [
         {**sample.labels, "value": str(sample.value)}
-        for family in text_string_to_metric_families(text)
-        if family.name == "iop_tokens"
-        for sample in family.samples
+        for sample in stack.metrics()
         if sample.name == "iop_tokens_total" and sample.value > 0
     ]
 
@@ -79,7 +73,7 @@ def ask(client: openai.OpenAI, model: str) -> None:
     assert reply.choices[0].message.content
 
 
-def test_general_api_and_coding_plan_keep_separate_endpoints_and_credentials_R_PROF_7b(
+def test_general_api_and_coding_plan_keep_separate_endpoints_and_credentials_r_prof_7b(
     stack: Stack, client: openai.OpenAI
 ) -> None:
     ask(client, "glm-4.6")
@@ -100,7 +94,7 @@ def test_general_api_and_coding_plan_keep_separate_endpoints_and_credentials_R_P
     assert {"glm-general", "glm-coding"} <= attributed
 
 
-def test_metrics_attribute_tokens_to_the_provider_or_the_model_group_R_CFG_4(
+def test_metrics_attribute_tokens_to_the_provider_or_the_model_group_r_cfg_4(
     stack: Stack, client: openai.OpenAI
 ) -> None:
     ask(client, "team-chat")

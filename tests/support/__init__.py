@@ -1,0 +1,76 @@
+"""Test support: every shared helper and harness, defined once. Fake peers (upstream servers,
+a CLI tool, the Edge side of the wire) live in ``tests.fakes``.
+
+Modules
+-------
+``stack``
+    ``Stack``: one real Edge (runedge under daphne), real ``iop-node`` Nodes and fake
+    upstreams, all on 127.0.0.1, each Stack isolated under its own directory (config files,
+    a SQLite database copied from a template migrated once per session, logs). Share one per
+    module where tests do not interfere; end each test with ``stack.wait_idle()``.
+
+    ``Stack(directory, *, upstreams=..., providers=..., models=..., nodes=None, openai=None,
+    pool=None, profiles=None, env=None, log_level="INFO")``: ``upstreams`` maps a name to a
+    fake kind; ``"{up:NAME}"`` inside provider definitions becomes that upstream's URL.
+    ``providers`` belong to the one default node ``node-1``; ``nodes=[{"id": ..., "providers":
+    [...]}, ...]`` for more. ``openai``, ``pool`` (``provider_pool``) and ``profiles``
+    (``protocol_profiles``) are merged into the Edge config; ``env`` is extra environment for
+    the Edge and the Nodes. ``start()`` (or ``with Stack(...)``) returns once every provider is
+    online.
+
+    ``openai_url``, ``v1_url``, ``control_url`` (the control listener on ``admin.listen``),
+    ``token`` (the raw client token; token_ref ``app-test``, principal_ref ``team-test``),
+    ``config_path``, ``upstream(name)``, ``pool_snapshot()``, ``provider(provider_id)``,
+    ``metrics()`` / ``metrics_text()`` (the control listener's ``/metrics``),
+    ``wait_until(done, timeout, what)`` (polls ``/pool``), ``await until(done, what, within)``
+    (the same, off the event loop), ``wait_online()``, ``wait_idle()`` (every counter 0),
+    ``kill_node(index)``, ``restart_node(index)``, ``reset_upstreams()``, ``logs()``,
+    ``stop()``. ``provider_row(snapshot, provider_id)``: a provider's row of a snapshot.
+``processes``
+    ``ROOT``, ``free_port()``, ``sha256_hex(text)``, ``child_env()``, ``Proc``, the migrated
+    database template.
+``pids``
+    ``alive(pid)``, ``reaped(pid)``, ``await wait_exit(pid)``: process checks via /proc and
+    pidfd, for tests that kill commands.
+``upstream_loop``
+    ``FakeUpstream(kind)``: a fake upstream from ``tests.fakes`` on its own event loop in a
+    thread, so sync tests (the official SDKs) can drive it (``.server``, ``.url``,
+    ``.reset()``, ``.wait_disconnect(timeout)``, ``.call(coroutine)``).
+``inprocess``
+    No processes: ``Runtime`` (a real pool and NodeHub), ``FakeNode`` (plays a Node on it),
+    ``Call`` (drives an ASGI app as daphne does), ``await until(predicate)``, and the
+    in-process test document ``document()``, ``api()``, ``chat()``.
+``node_agent``
+    ``running_node(edge, tmp_path)``: the Node agent in-process against a
+    ``tests.fakes.edge.FakeEdge``; ``node_config``.
+``payloads``
+    Node payloads and request bodies: ``openai_provider``, ``ollama_provider``,
+    ``cli_provider``, ``node_payload``, ``chat_body``.
+``config`` / ``config_examples``
+    ``load_issues(document)``, ``provider(document, provider_id)``, ``Doc``;
+    ``example_document()`` and the example Node token.
+``pools``
+    ``prov(...)``, ``ready_pool(*providers, ...)``, ``await enqueue(pool)`` for engine tests.
+``clock``
+    ``Clock``: a hand-driven clock.
+``metering``
+    ``record_factory(**defaults)``: usage records.
+``tls``
+    ``self_signed(...)``: certificates minted in the test.
+"""
+
+from tests.support.processes import ROOT, free_port, sha256_hex
+from tests.support.stack import PRINCIPAL_REF, TOKEN_REF, Stack, messages_profile, provider_row
+from tests.support.upstream_loop import FakeUpstream
+
+__all__ = [
+    "PRINCIPAL_REF",
+    "ROOT",
+    "TOKEN_REF",
+    "FakeUpstream",
+    "Stack",
+    "free_port",
+    "messages_profile",
+    "provider_row",
+    "sha256_hex",
+]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -16,7 +16,8 @@ import openai
 import pytest
 
 from pool.http.errors import ERRORS
-from tests.harness import Stack, messages_profile
+from tests.support import Stack, messages_profile
+from tests.support.stack import provider_row
 
 pytestmark = pytest.mark.slow
 
@@ -60,9 +61,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @pytest.fixture(autouse=True)
 def idle_after(stack: Stack) -> Iterator[None]:
-    stack.reset_upstreams()
-    yield
-    stack.wait_idle()
+    with stack.clean_slate():
+        yield
 
 
 def assert_error(resp: httpx.Response, code: str) -> dict[str, Any]:
@@ -169,10 +169,6 @@ def test_504_upstream_timeout(stack: Stack, http: httpx.Client) -> None:
     )
 
 
-async def until(stack: Stack, done: Callable[[dict[str, Any]], bool]) -> None:
-    await asyncio.to_thread(stack.wait_until, done, 5.0)
-
-
 async def test_429_queue_full_with_retry_after_then_503_queue_timeout(stack: Stack) -> None:
     """R-POOL-4: one provider slot, a queue of one; the third request is refused at once."""
     stack.upstream("slow").server.faults.stall_before_first_byte = math.inf
@@ -180,14 +176,11 @@ async def test_429_queue_full_with_retry_after_then_503_queue_timeout(stack: Sta
     headers = {"authorization": f"Bearer {stack.token}"}
     async with httpx.AsyncClient(base_url=stack.openai_url, timeout=20, headers=headers) as client:
         holder = asyncio.create_task(client.post("/v1/chat/completions", json=body))
-        await until(
-            stack,
-            lambda s: any(
-                p["provider_id"] == "p-one" and p["in_flight"] == 1 for p in s["providers"]
-            ),
+        await stack.until(
+            lambda s: provider_row(s, "p-one")["in_flight"] == 1, "p-one busy", within=5.0
         )
         waiter = asyncio.create_task(client.post("/v1/chat/completions", json=body))
-        await until(stack, lambda s: s["queue_depth"] == 1)
+        await stack.until(lambda s: s["queue_depth"] == 1, "one waiter queued", within=5.0)
         full = await client.post("/v1/chat/completions", json=body)
         assert_error(full, "queue_full")
         assert full.headers["retry-after"] == "1"

@@ -17,11 +17,14 @@ from nodes import wire
 from nodes.hub import NodeHub
 from pool.engine import ProviderPool
 from pool.policy import policy_from_snapshot
+from tests.support.payloads import chat_body
+from tests.support.processes import sha256_hex
 
 if TYPE_CHECKING:
     from pool.http.app import OpenAIApp
 
 WAIT = 5.0
+TOKEN = "tok-test-caller-7f3a"  # the caller of ``document()``
 
 
 class RecordingMeter:
@@ -202,3 +205,69 @@ async def until(predicate: Callable[[], bool]) -> None:
                 return
             await asyncio.sleep(0)
     raise AssertionError("condition not reached")
+
+
+# --- the in-process test document ---------------------------------------------------------
+
+
+def document(**openai: Any) -> dict[str, Any]:
+    return {
+        "edge": {"id": "e", "listen": "127.0.0.1:17000"},
+        "admin": {"listen": "127.0.0.1:17001"},
+        "provider_pool": {"max_queue": 1, "queue_timeout_ms": 30000},
+        "openai": {
+            "listen": "127.0.0.1:17002",
+            "principal_tokens": [
+                {
+                    "token_ref": "app-a",
+                    "token_hash_sha256": sha256_hex(TOKEN),
+                    "principal_ref": "team-a",
+                }
+            ],
+            "long_context_threshold_tokens": 200,
+            "max_request_bytes": 4096,
+            **openai,
+        },
+        "protocol_profiles": {
+            "messages_api": {
+                "driver": "anthropic_messages",
+                "base_url": "http://127.0.0.1:9/v1",
+                "operations": {"messages": "/messages", "count_tokens": "/messages/count_tokens"},
+                "capabilities": ["messages", "streaming", "tool_calling", "count_tokens"],
+            }
+        },
+        "nodes": [
+            {
+                "id": "n1",
+                "token_hash_sha256": sha256_hex("node"),
+                "providers": [
+                    {
+                        "id": "p-open",
+                        "profile": "openai",
+                        "base_url": "http://127.0.0.1:9/v1",
+                        "capacity": 1,
+                        "long_context_capacity": 1,
+                        "context_window_tokens": 8192,
+                    },
+                    {"id": "p-anth", "profile": "messages_api"},
+                    {"id": "p-oll", "profile": "ollama", "base_url": "http://127.0.0.1:9"},
+                ],
+            }
+        ],
+        "models": [
+            {"id": "gpt", "providers": {"p-open": "served-gpt"}},
+            {"id": "claude", "providers": {"p-anth": "served-claude"}},
+            {"id": "local", "providers": {"p-oll": "qwen:7b"}},
+        ],
+    }
+
+
+def api(app: OpenAIApp, method: str, path: str, body: Any = b"", **kw: Any) -> Call:
+    """A request as the test caller (with its token unless ``token`` is given)."""
+    kw.setdefault("token", TOKEN)
+    return Call(app, method, path, body, **kw)
+
+
+def chat(stream: bool = False, model: str = "gpt", **extra: Any) -> dict[str, Any]:
+    """A chat request on ``document()``'s models (``gpt``, ``claude``, ``local``)."""
+    return chat_body("hi", model=model, stream=stream, **extra)

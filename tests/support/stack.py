@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import contextlib
 import json
 import secrets
 import shutil
@@ -10,14 +12,16 @@ import signal
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Self
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
-from tests.harness.processes import Proc, child_env, free_port, migrated_template, sha256_hex
-from tests.harness.upstream import FakeUpstream
+from tests.support.processes import Proc, child_env, free_port, migrated_template, sha256_hex
+from tests.support.upstream_loop import FakeUpstream
 
 START_TIMEOUT_S = 30.0
 TOKEN_REF = "app-test"
@@ -34,6 +38,14 @@ def _substitute(value: Any, urls: dict[str, str]) -> Any:
     if isinstance(value, dict):
         return {k: _substitute(v, urls) for k, v in value.items()}
     return value
+
+
+def provider_row(snapshot: dict[str, Any], provider_id: str) -> dict[str, Any]:
+    """The row of ``provider_id`` in a ``/pool`` snapshot; KeyError if it has none."""
+    for row in snapshot["providers"]:
+        if row["provider_id"] == provider_id:
+            return row  # type: ignore[no-any-return]
+    raise KeyError(provider_id)
 
 
 def messages_profile(upstream: str = "main") -> dict[str, Any]:
@@ -99,7 +111,8 @@ class Stack:
         return self.openai_url + "/v1"
 
     @property
-    def admin_url(self) -> str:
+    def control_url(self) -> str:
+        """The control listener (``admin.listen``): /pool, /metrics, /refresh."""
         return f"http://127.0.0.1:{self.ports['admin']}"
 
     def upstream(self, name: str = "main") -> FakeUpstream:
@@ -239,14 +252,31 @@ class Stack:
     # --- observation -------------------------------------------------------------------------
 
     def pool_snapshot(self) -> dict[str, Any]:
-        with urllib.request.urlopen(self.admin_url + "/pool", timeout=5) as resp:
+        with urllib.request.urlopen(self.control_url + "/pool", timeout=5) as resp:
             return json.loads(resp.read())  # type: ignore[no-any-return]
 
     def provider(self, provider_id: str) -> dict[str, Any]:
-        rows = [p for p in self.pool_snapshot()["providers"] if p["provider_id"] == provider_id]
-        if not rows:
-            raise KeyError(provider_id)
-        return rows[0]
+        return provider_row(self.pool_snapshot(), provider_id)
+
+    def metrics_text(self) -> str:
+        """The control listener's ``GET /metrics`` (Prometheus text)."""
+        with urllib.request.urlopen(self.control_url + "/metrics", timeout=5) as resp:
+            return str(resp.read().decode())
+
+    def metrics(self) -> list[Sample]:
+        """Every sample of the control listener's ``GET /metrics``."""
+        families = text_string_to_metric_families(self.metrics_text())
+        return [sample for family in families for sample in family.samples]
+
+    async def until(
+        self,
+        done: Callable[[dict[str, Any]], bool],
+        what: str = "the condition",
+        within: float = 10.0,
+    ) -> None:
+        """``wait_until`` for async tests: polls ``/pool`` off the event loop, so the loop's own
+        requests keep moving."""
+        await asyncio.to_thread(self.wait_until, done, within, what)
 
     def wait_until(
         self,
@@ -279,6 +309,19 @@ class Stack:
             return bool(rows) and all(p["online"] for p in rows)
 
         self.wait_until(ready, timeout, "providers online")
+
+    @contextlib.contextmanager
+    def clean_slate(self) -> Iterator[None]:
+        """Around one test: every fake upstream's requests and faults cleared before and after
+        (a stall left by a failed test must not hold the next one), a Node that died restarted,
+        then every lease released and the queue empty (R-POOL-9)."""
+        self.reset_upstreams()
+        yield
+        self.reset_upstreams()
+        for index, node in enumerate(self.nodes):
+            if not node.alive():
+                self.restart_node(index)
+        self.wait_idle()
 
     def reset_upstreams(self) -> None:
         """Clear every fake upstream's recorded requests and injected faults."""

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
+EDGE_YAML = ROOT / "configs" / "edge.yaml"  # the shipped example config
 STOP_TIMEOUT_S = 10.0
 
 

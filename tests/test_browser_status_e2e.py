@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.harness import ROOT, Stack
+from tests.support import ROOT, Stack
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page

@@ -14,9 +14,8 @@ import pytest
 from nodes.agent.main import main
 from tests.fakes import FakeOpenAI
 from tests.fakes.edge import FakeEdge
-from tests.fakes.payloads import chat_body, node_payload, openai_provider
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.payloads import chat_body, node_payload, openai_provider
+from tests.support.processes import ROOT
 
 
 def node_command(config: Path) -> list[str]:

@@ -4,7 +4,6 @@ loopback upstream: chat (stream and not), tools, Responses, Messages, count_toke
 from __future__ import annotations
 
 import json
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from tests.harness import Stack, messages_profile
+from tests.support import Stack, messages_profile
 
 pytestmark = pytest.mark.slow
 
@@ -67,9 +66,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @pytest.fixture(autouse=True)
 def idle_after(stack: Stack) -> Iterator[None]:
-    stack.upstream().reset()
-    yield
-    stack.wait_idle()
+    with stack.clean_slate():
+        yield
 
 
 def upstream_requests(stack: Stack, path: str) -> list[Any]:
@@ -168,7 +166,7 @@ def test_count_tokens(stack: Stack, ant: anthropic.Anthropic) -> None:
     assert sent.json["model"] == "served-claude"
 
 
-def test_models_are_the_catalog_groups_for_both_sdks_R_CFG_11(
+def test_models_are_the_catalog_groups_for_both_sdks_r_cfg_11(
     stack: Stack, oai: openai.OpenAI, ant: anthropic.Anthropic
 ) -> None:
     assert [m.id for m in oai.models.list()] == ["claude-test", "gpt-test"]
@@ -177,7 +175,7 @@ def test_models_are_the_catalog_groups_for_both_sdks_R_CFG_11(
     assert stack.upstream().server.requests == []  # never the provider's own /models
 
 
-def test_legacy_provider_auth_forwards_the_callers_key_R_AUTH_2(stack: Stack) -> None:
+def test_legacy_provider_auth_forwards_the_callers_key_r_auth_2(stack: Stack) -> None:
     with openai.OpenAI(
         base_url=stack.v1_url,
         api_key=stack.token,
@@ -219,8 +217,7 @@ def test_canary_secrets_never_appear_in_logs_responses_or_metrics(stack: Stack) 
         scrape = http.get("/metrics", headers={"authorization": f"Bearer {METRICS_TOKEN}"})
         assert scrape.status_code == 200 and "iop_requests" in scrape.text
         seen.append(scrape.text)
-    with urllib.request.urlopen(stack.admin_url + "/metrics", timeout=5) as resp:
-        seen.append(resp.read().decode())
+    seen.append(stack.metrics_text())
     stack.wait_idle()
     outputs = "\n".join(seen) + stack.logs() + json.dumps(stack.pool_snapshot())
     for canary in (stack.token, wrong, PROVIDER_KEY, METRICS_TOKEN):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from pathlib import Path
 
 import msgspec
 import pytest
@@ -15,9 +14,8 @@ from nodes.agent.adapters.base import RunSpec
 from nodes.agent.adapters.http import HttpClient
 from nodes.agent.adapters.ollama import OllamaAdapter
 from nodes.agent.adapters.openai_compat import OpenAICompatAdapter
-from tests.fakes.payloads import chat_body, ollama_provider, openai_provider
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.payloads import chat_body, ollama_provider, openai_provider
+from tests.support.processes import ROOT
 
 
 @pytest.mark.slow

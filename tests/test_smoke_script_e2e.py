@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from tests.harness import ROOT
+from tests.support import ROOT
 
 SCRIPT = ROOT / "scripts" / "e2e-provider-capacity-smoke.sh"
 
