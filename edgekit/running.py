@@ -34,20 +34,29 @@ class EdgeNotRunning(RuntimeError):
     """No Edge runtime runs in this process."""
 
 
-_current: RunningEdge | None = None
+class _Slot:
+    """Holds the one runtime of this process; ``iop_site.server.serve`` fills it at start."""
+
+    __slots__ = ("runtime",)
+
+    def __init__(self) -> None:
+        self.runtime: RunningEdge | None = None
+
+
+_slot = _Slot()
 
 
 def attach_runtime(runtime: RunningEdge | None) -> None:
-    global _current
-    _current = runtime
+    _slot.runtime = runtime
 
 
 def running_edge() -> RunningEdge | None:
     """The Edge runtime of this process, or None when only Django runs here."""
-    return _current
+    return _slot.runtime
 
 
 def get_runtime() -> RunningEdge:
-    if _current is None:
+    runtime = _slot.runtime
+    if runtime is None:
         raise EdgeNotRunning("the Edge runtime is not running in this process")
-    return _current
+    return runtime
