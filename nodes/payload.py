@@ -7,7 +7,6 @@ from typing import Any
 import msgspec
 
 from catalog.config import EdgeSnapshot
-from catalog.config.profiles.model import thaw
 from nodes import wire
 
 
@@ -40,7 +39,8 @@ def compile_payload(snapshot: EdgeSnapshot, node_id: str) -> wire.NodePayload:
                     type=profile.auth.type, header=profile.auth.header, scheme=profile.auth.scheme
                 ),
                 credential=_secret(spec.credential),
-                headers=dict(spec.headers),
+                # R-XLATE-3: the profile's extension headers, the provider's own win.
+                headers={**profile.extension_headers(), **spec.headers},
                 capabilities=sorted(profile.capabilities),
                 model_mapping=dict(profile.model_mapping),
                 served_models=served.get(spec.id, {}),
@@ -49,7 +49,6 @@ def compile_payload(snapshot: EdgeSnapshot, node_id: str) -> wire.NodePayload:
                 first_byte_timeout_s=spec.first_byte_timeout_ms / 1000,
                 idle_timeout_s=spec.idle_timeout_ms / 1000,
                 run_timeout_s=(spec.run_timeout_ms / 1000) if spec.run_timeout_ms else None,
-                extensions=thaw(profile.extensions),
             )
         )
     body = msgspec.to_builtins(providers)

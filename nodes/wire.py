@@ -13,6 +13,8 @@ from typing import Any
 import msgspec
 
 PROTOCOL_VERSION = 1
+# The Anthropic Messages API version the anthropic_messages driver sends (R-XLATE-3).
+ANTHROPIC_VERSION = "2023-06-01"
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # both sides configure their websocket with this limit
 MAX_EVENT_DATA_CHARS = 512 * 1024  # a run_event larger than this is split by the sender
 NODE_ID_HEADER = "x-iop-node-id"  # plus "authorization: Bearer <token>" on the upgrade request
@@ -70,7 +72,7 @@ class ProviderPayload(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=
     first_byte_timeout_s: float = 60.0
     idle_timeout_s: float = 120.0
     run_timeout_s: float | None = None  # cli adapter: whole-run limit
-    extensions: dict[str, Any] = {}
+    extensions: dict[str, Any] = {}  # unused: the Edge applies a profile's extensions itself
 
 
 class NodePayload(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):

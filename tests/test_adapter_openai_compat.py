@@ -359,3 +359,31 @@ async def test_concurrent_runs_share_one_session_without_a_cap(fake_openai, upst
     hold.set()
     await asyncio.gather(*runs)
     assert fake_openai.peak == 12
+
+
+async def test_r_xlate_3_anthropic_driver_sends_the_version_header_the_api_requires(
+    fake_anthropic, upstream_client
+):
+    """R-XLATE-3: the anthropic_messages driver sends ``anthropic-version`` even when the
+    provider's payload carries no header, and a real-shaped Messages API accepts the call."""
+    provider = openai_provider(fake_anthropic.url, driver="anthropic_messages")
+    assert "anthropic-version" not in {k.lower() for k in provider.headers}
+    adapter = OpenAICompatAdapter(provider, upstream_client)
+    body = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+    sink = Sink()
+    usage = await adapter.run(spec("messages", body), sink)
+    assert fake_anthropic.requests[0].headers["anthropic-version"] == "2023-06-01"
+    assert json.loads(sink.text)["content"][0]["type"] == "text"
+    expected = (fake_anthropic.input_tokens, fake_anthropic.output_tokens)
+    assert usage == wire.Usage(input_tokens=expected[0], output_tokens=expected[1])
+
+
+async def test_fake_anthropic_refuses_a_request_without_the_version_header(
+    fake_anthropic, upstream_client
+):
+    """R-XLATE-3: the fake refuses as the real API does, so the header cannot regress."""
+    body = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+    url = fake_anthropic.url + "/v1/messages"
+    async with upstream_client.session().post(url, json=body) as resp:
+        assert resp.status == 400
+        assert (await resp.json())["error"]["type"] == "invalid_request_error"

@@ -107,7 +107,8 @@ async def test_register_response_carries_the_nodes_own_payload_provider_first(ru
 
 
 def test_payload_compiles_for_a_profile_with_nested_extensions():
-    """R-NODE-2: nested profile extensions (anthropic-version) survive into the payload."""
+    """R-NODE-2, R-XLATE-3: the profile's extension headers (anthropic-version) are applied:
+    they reach the payload as the provider's headers."""
     from nodes.payload import compile_payload
 
     doc = two_node_document()
@@ -120,7 +121,7 @@ def test_payload_compiles_for_a_profile_with_nested_extensions():
     payload = wire.decode_from_edge(frame).payload
     claude = next(p for p in payload.providers if p.id == "claude")
     assert claude.operations["messages"] == "https://api.anthropic.com/v1/messages"
-    assert claude.extensions
+    assert claude.headers == {"anthropic-version": "2023-06-01"}
 
 
 async def test_pending_connection_is_not_a_candidate_until_ready(runtime):

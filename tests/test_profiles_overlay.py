@@ -61,13 +61,13 @@ def test_overlay_inherits_unset_fields_and_merges_mappings_r_prof_1():
             "base": "openai",
             "base_url": "http://10.0.0.1/v1",
             "model_mapping": {"a": "A"},
-            "extensions": {"x": 1},
+            "extensions": {"headers": {"x-a": "1", "x-b": "1"}},
         },
         "leaf": {
             "base": "root",
             "auth": {"scheme": "Token"},
             "model_mapping": {"b": "B"},
-            "extensions": {"y": [1, 2]},
+            "extensions": {"headers": {"x-b": "2"}},
         },
     }
     snapshot = load_snapshot(_with_profiles(profiles))
@@ -75,7 +75,7 @@ def test_overlay_inherits_unset_fields_and_merges_mappings_r_prof_1():
     assert leaf.base == "root" and leaf.base_url == "http://10.0.0.1/v1"
     assert leaf.auth == AuthSpec("bearer", "Authorization", "Token")
     assert dict(leaf.model_mapping) == {"a": "A", "b": "B"}
-    assert leaf.extensions["x"] == 1 and leaf.extensions["y"] == (1, 2)
+    assert leaf.extension_headers() == {"x-b": "2"}  # a key replaces the base's whole value
     assert leaf.operations == snapshot.profiles["openai"].operations
     assert leaf.capabilities == snapshot.profiles["openai"].capabilities
 
@@ -313,6 +313,21 @@ def test_credential_on_a_profile_without_auth_is_rejected():
     document["nodes"][0]["providers"][1]["credential"] = {"env": "OLLAMA_KEY"}
     assert load_issues(document) == [
         "nodes[0].providers[1].credential: profile ollama sends no credential (auth type none)"
+    ]
+
+
+def test_r_xlate_3_unknown_or_credential_extensions_are_refused_at_load():
+    """R-XLATE-3: an extension is applied or refused at load, never ignored."""
+    profiles = {
+        "p": {"base": "openai", "extensions": {"retries": 3}},
+        "q": {"base": "anthropic", "extensions": {"headers": {"x-api-key": "k", "x-ok": 1}}},
+    }
+    assert _issues(_with_profiles(profiles)) == [
+        "protocol_profiles.p.extensions.retries: unknown extension (known: headers)",
+        "protocol_profiles.q.extensions.headers.x-api-key: carries a credential; "
+        "use a provider credential",
+        "protocol_profiles.q.extensions.headers.x-ok: must be an HTTP header name with a "
+        "string value",
     ]
 
 

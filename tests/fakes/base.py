@@ -49,6 +49,8 @@ class Faults:
     drop_mid_stream: bool = False  # close the connection after the first chunk
     hold_mid_stream: asyncio.Event | None = None  # after the first chunk, wait until set
     delay: float = 0.0  # between chunks
+    stream_error: bool = False  # the API's own in-band error event after the first content
+    end_early: bool = False  # the stream ends cleanly after the first content, no stop event
 
 
 def pieces(text: str) -> list[str]:

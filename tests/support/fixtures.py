@@ -1,6 +1,7 @@
 """Fixtures shared by several test modules (registered in ``tests/conftest.py``).
 
-Node-side tests: ``fake_openai`` / ``fake_ollama`` (a fake upstream on loopback),
+Node-side tests: ``fake_openai`` / ``fake_ollama`` / ``fake_anthropic`` (a fake upstream on
+loopback),
 ``upstream_client`` (the Node's upstream HTTP client), ``fake_edge`` (the Edge side of the
 wire, sending one provider ``p1`` on ``fake_openai``). End-to-end modules that define a
 ``stack`` fixture get clients of it: ``http`` (httpx), ``oai`` (openai), ``ant`` (anthropic);
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from nodes.agent.adapters.http import HttpClient
-from tests.fakes import FakeOllama, FakeOpenAI
+from tests.fakes import FakeAnthropic, FakeOllama, FakeOpenAI
 from tests.fakes.edge import FakeEdge
 from tests.support.payloads import node_payload, openai_provider
 
@@ -29,6 +30,12 @@ async def fake_openai() -> AsyncIterator[FakeOpenAI]:
 @pytest.fixture
 async def fake_ollama() -> AsyncIterator[FakeOllama]:
     async with FakeOllama() as server:
+        yield server
+
+
+@pytest.fixture
+async def fake_anthropic() -> AsyncIterator[FakeAnthropic]:
+    async with FakeAnthropic() as server:
         yield server
 
 

@@ -22,9 +22,10 @@ class FakeUpstream:
         self.server: Any = self.call(self._start())
 
     async def _start(self) -> Any:
-        from tests.fakes import FakeOllama, FakeOpenAI
+        from tests.fakes import FakeAnthropic, FakeOllama, FakeOpenAI
 
-        server = {"openai": FakeOpenAI, "ollama": FakeOllama}[self.kind]()
+        kinds = {"openai": FakeOpenAI, "ollama": FakeOllama, "anthropic": FakeAnthropic}
+        server = kinds[self.kind]()
         return await server.start()
 
     def call(self, coro: Coroutine[Any, Any, Any], timeout: float = 10.0) -> Any:

@@ -61,6 +61,12 @@ class UnknownOperationError(KeyError):
         return str(self.args[0]) if self.args else "unknown operation"
 
 
+# Header names that carry credentials; a credential is only ever a secret reference.
+CREDENTIAL_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie"}
+)
+
+
 def freeze(value: Any) -> Any:
     """A read-only deep copy of JSON-like data (mappings become MappingProxyType, lists tuples)."""
     if isinstance(value, Mapping):
@@ -131,6 +137,11 @@ class RuntimeProfile:
     def operation_urls(self) -> dict[str, str]:
         """Every declared operation resolved to its complete URL."""
         return {op: self.resolve_operation_url(op) for op in self.operations}
+
+    def extension_headers(self) -> dict[str, str]:
+        """R-XLATE-3: the static request headers of ``extensions.headers`` (checked at load)."""
+        headers = self.extensions.get("headers")
+        return {str(k): str(v) for k, v in headers.items()} if isinstance(headers, Mapping) else {}
 
     def admits(self, needs: frozenset[str]) -> bool:
         """R-PROF-4: True when the profile declares every capability in ``needs``."""

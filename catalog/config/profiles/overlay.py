@@ -13,6 +13,7 @@ from catalog.config.profiles.builtin import BUILTIN_PROFILES
 from catalog.config.profiles.model import (
     ADAPTER_BY_DRIVER,
     CAPABILITY_OPERATION,
+    CREDENTIAL_HEADERS,
     OPERATIONS_BY_DRIVER,
     AuthSpec,
     RuntimeProfile,
@@ -81,7 +82,31 @@ def _check(profile: RuntimeProfile, doc: ProfileDoc, path: tuple[str, str], issu
             issues.add((*path, "capabilities"), f"capability {capability} needs operation {needs}")
     if profile.auth.type == "header" and not profile.auth.header:
         issues.add((*path, "auth", "header"), "is required for auth type header")
+    check_extensions(profile, path, issues)
     return len(issues) == before
+
+
+EXTENSION_KEYS = ("headers",)
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def check_extensions(profile: RuntimeProfile, path: tuple[str, str], issues: Issues) -> None:
+    """R-XLATE-3: every ``extensions`` key is applied (``headers``: static, non-secret
+    request headers) or refused here, never ignored."""
+    for key, value in profile.extensions.items():
+        where = (*path, "extensions", key)
+        if key not in EXTENSION_KEYS:
+            issues.add(where, f"unknown extension (known: {', '.join(EXTENSION_KEYS)})")
+            continue
+        if not isinstance(value, Mapping):
+            issues.add(where, "must be a mapping of header name -> string")
+            continue
+        auth_header = profile.auth.header.lower() if profile.auth.type != "none" else ""
+        for name, text in value.items():
+            if not _HEADER_NAME.fullmatch(name) or not isinstance(text, str):
+                issues.add((*where, name), "must be an HTTP header name with a string value")
+            elif name.lower() in CREDENTIAL_HEADERS or name.lower() == auth_header:
+                issues.add((*where, name), "carries a credential; use a provider credential")
 
 
 def resolve_profiles(

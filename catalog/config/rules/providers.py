@@ -5,12 +5,8 @@ from __future__ import annotations
 from catalog.config.errors import Issues
 from catalog.config.profiles import legacy_profile
 from catalog.config.profiles.builtin import TYPES_NEEDING_BASE_URL
+from catalog.config.profiles.model import CREDENTIAL_HEADERS
 from catalog.config.rules.context import Context
-
-# Header names that carry credentials; a credential is only ever a secret reference.
-CREDENTIAL_HEADERS = frozenset(
-    {"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie"}
-)
 
 
 def resolve_provider_profiles(ctx: Context, issues: Issues) -> None:

@@ -10,7 +10,7 @@ import msgspec
 from nodes.agent.adapters.base import AdapterError, Emit, RunSpec, map_model, send, usage_from
 from nodes.agent.adapters.http import HttpClient, Upstream, merge_headers, provider_headers
 from nodes.agent.adapters.sse import UsageScanner
-from nodes.wire import ProviderPayload, Usage
+from nodes.wire import ANTHROPIC_VERSION, ProviderPayload, Usage
 
 _GET_OPERATIONS = {"models"}
 _METERED_OPERATIONS = {"chat_completions", "messages", "responses"}
@@ -23,6 +23,9 @@ class OpenAICompatAdapter:
         self.provider = provider
         self._http = http
         self._headers, self._secrets = provider_headers(provider)
+        if provider.driver == "anthropic_messages":
+            # R-XLATE-3: the Messages API refuses a request without its version header.
+            self._headers = merge_headers({"anthropic-version": ANTHROPIC_VERSION}, self._headers)
 
     async def run(self, request: RunSpec, emit: Emit) -> Usage | None:
         url = self.provider.operations.get(request.operation)
