@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from catalog.config import EdgeSnapshot
 from pool.engine import PoolPolicy, PoolProvider
+from pool.translate.plan import served_capabilities
 
 
 def policy_from_snapshot(snapshot: EdgeSnapshot) -> PoolPolicy:
@@ -15,7 +16,7 @@ def policy_from_snapshot(snapshot: EdgeSnapshot) -> PoolPolicy:
             long_capacity=spec.long_context_capacity,
             priority=spec.priority,
             enabled=spec.enabled,
-            capabilities=frozenset(spec.profile.capabilities),
+            capabilities=served_capabilities(spec.profile.capabilities),  # R-XLATE-1
         )
         for node in snapshot.nodes
         for spec in node.providers

@@ -46,6 +46,11 @@ LIVE_PARAMETERS: tuple[Parameter, ...] = (
         "provider_pool.queue_timeout_ms", "root queue wait bound (R-POOL-4)", ">= 0, 0 = none"
     ),
     Parameter(
+        "models[*].translate",
+        "serve operations a provider's driver lacks by translation (R-XLATE-1)",
+        "bool, default false",
+    ),
+    Parameter(
         "models",
         "model catalog: groups added/removed, provider mappings, usage attribution (R-CFG-4)",
         "mapped providers must exist",

@@ -37,6 +37,7 @@ NODE = 'nodes["node-local"]'
 VLLM = f'{NODE}.providers["vllm-local"]'
 OLLAMA = f'{NODE}.providers["ollama-local"]'
 ECHO = f'{NODE}.providers["echo-cli"]'
+MODELS_MEANING = next(p.meaning for p in LIVE_PARAMETERS if p.pattern == "models")
 
 # (case id, edit, expected path, expected class, expected reason)
 CASES: list[tuple[str, Callable[[Doc], object], str, str, str]] = [
@@ -88,35 +89,42 @@ CASES: list[tuple[str, Callable[[Doc], object], str, str, str]] = [
         lambda d: model(d, "qwen-local").update(usage_attribution="model_group"),
         'models["qwen-local"].usage_attribution',
         LIVE,
-        LIVE_PARAMETERS[6].meaning,
+        MODELS_MEANING,
     ),
     (
         "model_mapping_changed",
         lambda d: model(d, "echo")["providers"].update({"echo-cli": "e2"}),
         'models["echo"].providers["echo-cli"]',
         LIVE,
-        LIVE_PARAMETERS[6].meaning,
+        MODELS_MEANING,
     ),
     (
         "model_mapping_added",
         lambda d: model(d, "echo")["providers"].update({"ollama-local": "qwen2.5:7b"}),
         'models["echo"].providers["ollama-local"]',
         LIVE,
-        LIVE_PARAMETERS[6].meaning,
+        MODELS_MEANING,
     ),
     (
         "model_added",
         lambda d: d["models"].append({"id": "echo-2", "providers": {"echo-cli": "echo"}}),
         'models["echo-2"]',
         LIVE,
-        LIVE_PARAMETERS[6].meaning,
+        MODELS_MEANING,
     ),
     (
         "model_removed",
         lambda d: d["models"].remove(model(d, "echo")),
         'models["echo"]',
         LIVE,
-        LIVE_PARAMETERS[6].meaning,
+        MODELS_MEANING,
+    ),
+    (
+        "translate",
+        lambda d: model(d, "echo").update(translate=True),
+        'models["echo"].translate',
+        LIVE,
+        "serve operations a provider's driver lacks by translation (R-XLATE-1)",
     ),
     (
         "long_context_threshold",

@@ -147,7 +147,7 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
         assert isinstance(model, ModelDoc)
         document["models"].append(_dump(model))
         models[model.id] = ModelGroupSpec(
-            model.id, model.usage_attribution, freeze(model.providers)
+            model.id, model.usage_attribution, freeze(model.providers), model.translate
         )
         for provider_id, served_model in model.providers.items():
             served.setdefault(provider_id, {})[model.id] = served_model

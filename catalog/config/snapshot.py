@@ -84,6 +84,7 @@ class ModelGroupSpec:
     id: str
     usage_attribution: UsageAttribution = "provider"
     providers: Mapping[str, str] = field(default_factory=_empty, hash=False)
+    translate: bool = False  # R-XLATE-1
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from pool.http.plane import DataPlane
 from pool.http.relay import DisconnectWatch, Exchange
 from pool.http.tables import Tables
 from pool.metering import RequestRecord
+from pool.translate.plan import translated_needs
 
 log = logging.getLogger("iop.http")
 
@@ -107,6 +108,8 @@ class OpenAIApp:
         meta.request = request
         if request.model in tables.snapshot.models:
             meta.model_group = request.model
+        if request.model in tables.translating:  # R-XLATE-1: admission counts translations
+            request.needs = translated_needs(request.needs, endpoint.capability)
         long = request.input_tokens_estimate >= tables.long_threshold  # R-POOL-7
         watch = DisconnectWatch(receive, ex)
         try:

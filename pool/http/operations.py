@@ -138,6 +138,8 @@ class Target:
     tunnel: bool  # OpenAI-compatible passthrough (TunnelRequest) vs normalized (RunRequest)
     chat_usage_option: bool  # openai_chat driver: streams report usage only when asked
     silence_s: float = 600.0  # no output from the Node for this long: the run is abandoned
+    translate: bool = False  # the group serves operations the driver lacks (R-XLATE-1)
+    capabilities: frozenset[str] = frozenset()  # the profile's own (native) capabilities
 
 
 def build_targets(snapshot: EdgeSnapshot) -> dict[tuple[str, str], Target]:
@@ -160,6 +162,8 @@ def build_targets(snapshot: EdgeSnapshot) -> dict[tuple[str, str], Target]:
                 tunnel=profile.adapter == "openai_compat",
                 chat_usage_option=profile.driver == "openai_chat",
                 silence_s=silence_limit(spec),
+                translate=group.translate,
+                capabilities=profile.capabilities,
             )
     return targets
 

@@ -8,11 +8,21 @@ every dispatched request runs beside a ``DisconnectWatch``.
 from __future__ import annotations
 
 import asyncio
+from typing import Protocol
 
 from edgekit.http import Receive, Send
 from nodes import wire
-from nodes.runs import RunChannel
 from pool.http.errors import HttpError, error_json, from_run_error, stream_error_event
+
+
+class RunSource(Protocol):
+    """What the relay reads a run's output from: the Node's ``RunChannel`` or a translation
+    of it (``pool.translate.channel``); filters on the client's protocol belong here too."""
+
+    def get_nowait(self) -> str | wire.RunEnd | None: ...
+
+    async def get(self) -> str | wire.RunEnd: ...
+
 
 PING_INTERVAL_S = 15.0  # an idle stream gets an SSE comment so a dead peer surfaces
 PING = b": ping\n\n"
@@ -94,7 +104,7 @@ class Exchange:
 MAX_WHOLE_BODY_CHARS = 64 * 1024 * 1024  # a non-stream answer is buffered: bound it
 
 
-async def relay_whole(channel: RunChannel, ex: Exchange, silence_s: float = 600.0) -> None:
+async def relay_whole(channel: RunSource, ex: Exchange, silence_s: float = 600.0) -> None:
     """A non-stream run: the Node's output is the response body, sent once the run ends ok."""
     parts: list[str] = []
     size = 0
@@ -116,7 +126,7 @@ async def relay_whole(channel: RunChannel, ex: Exchange, silence_s: float = 600.
 
 
 async def relay_stream(
-    channel: RunChannel, ex: Exchange, ping_s: float | None = None, silence_s: float = 600.0
+    channel: RunSource, ex: Exchange, ping_s: float | None = None, silence_s: float = 600.0
 ) -> None:
     """Relay a streamed run chunk by chunk; chunks already queued go out in one send.
 
@@ -160,7 +170,7 @@ async def relay_stream(
 
 
 async def _next(
-    channel: RunChannel, ex: Exchange, ping_s: float, silence_s: float
+    channel: RunSource, ex: Exchange, ping_s: float, silence_s: float
 ) -> str | wire.RunEnd:
     item = channel.get_nowait()
     if item is not None:
@@ -179,7 +189,7 @@ async def _next(
                 await ex.send({"type": "http.response.body", "body": PING, "more_body": True})
 
 
-async def _within(channel: RunChannel, silence_s: float) -> str | wire.RunEnd:
+async def _within(channel: RunSource, silence_s: float) -> str | wire.RunEnd:
     item = channel.get_nowait()
     if item is not None:
         return item

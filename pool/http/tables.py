@@ -41,6 +41,7 @@ class Tables:
         "provider_auth",
         "snapshot",
         "targets",
+        "translating",
     )
 
     def __init__(self, snapshot: EdgeSnapshot, started_at: float) -> None:
@@ -50,6 +51,7 @@ class Tables:
         self.targets: dict[tuple[str, str], Target] = build_targets(snapshot)
         self.long_threshold: int = snapshot.long_context_threshold_tokens
         self.max_request_bytes: int = snapshot.max_request_bytes
+        self.translating = frozenset(m.id for m in snapshot.models.values() if m.translate)
         # R-CFG-11: the catalog's model groups, never a provider's own /models answer.
         created = int(started_at)
         created_at = datetime.fromtimestamp(created, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

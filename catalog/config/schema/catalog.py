@@ -90,3 +90,4 @@ class ModelDoc(Doc):
     id: ModelId
     usage_attribution: Literal["provider", "model_group"] = "provider"
     providers: Annotated[dict[NonEmpty, NonEmpty], Field(min_length=1)]
+    translate: bool = False  # R-XLATE-1: serve operations a driver lacks by translation

@@ -1,0 +1,163 @@
+"""Anthropic Messages client, Chat Completions provider: the streamed answer.
+
+``chat.completion.chunk`` events in; ``message_start``, ``content_block_start``/``_delta``/
+``_stop`` (``text_delta``, ``input_json_delta``), ``message_delta`` (stop reason, usage) and
+``message_stop`` out. ``message_delta`` waits for the end of the upstream stream, because a
+Chat stream reports usage after its finish reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pool.translate.common import (
+    SseReader,
+    error_text,
+    json_event,
+    loads,
+    named_event,
+    upstream,
+)
+from pool.translate.messages_via_chat import STOP_REASONS, message_id, usage_of
+
+
+class MessagesViaChatStream:
+    """One stream's state: the open content block and the tool calls seen by index."""
+
+    def __init__(self, model: str) -> None:
+        self._reader = SseReader()
+        self._model = model
+        self._started = False
+        self._block = -1  # index of the open content block, -1 when none
+        self._block_kind = ""
+        self._next_block = 0
+        self._tools: dict[int, tuple[int, str, list[str]]] = {}  # chat index -> (block, name, args)
+        self._reason: str | None = None
+        self._usage: dict[str, int] = {"input_tokens": 0, "output_tokens": 0}
+        self._done = False
+
+    def feed(self, text: str) -> str:
+        out: list[str] = []
+        for data in self._reader.feed(text):
+            self._event(data, out)
+        return "".join(out)
+
+    def close(self) -> str:
+        out: list[str] = []
+        for data in self._reader.flush():
+            self._event(data, out)
+        if not self._done:
+            self._finish(out)
+        return "".join(out)
+
+    # --- events -------------------------------------------------------------------------
+
+    def _event(self, data: str, out: list[str]) -> None:
+        if self._done:
+            return
+        chunk = json_event(data)
+        if chunk is None:  # [DONE]
+            self._finish(out)
+            return
+        if "error" in chunk:
+            raise upstream(error_text(chunk))
+        if not self._started:
+            self._start(chunk, out)
+        if isinstance(chunk.get("usage"), dict):
+            self._usage = usage_of(chunk["usage"])
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self._text(content, out)
+            for call in delta.get("tool_calls") or ():
+                self._tool_delta(call, out)
+            if choice.get("finish_reason"):
+                self._reason = STOP_REASONS.get(choice["finish_reason"], "end_turn")
+
+    def _start(self, chunk: dict[str, Any], out: list[str]) -> None:
+        self._started = True
+        message: dict[str, Any] = {
+            "id": message_id(chunk.get("id")),
+            "type": "message",
+            "role": "assistant",
+            "model": str(chunk.get("model") or self._model),
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+        out.append(named_event("message_start", {"type": "message_start", "message": message}))
+
+    def _open(self, kind: str, block: dict[str, Any], out: list[str]) -> int:
+        self._stop_block(out)
+        index = self._block = self._next_block
+        self._next_block += 1
+        self._block_kind = kind
+        out.append(
+            named_event(
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": block},
+            )
+        )
+        return index
+
+    def _stop_block(self, out: list[str]) -> None:
+        if self._block < 0:
+            return
+        if self._block_kind == "tool_use":
+            for block, name, args in self._tools.values():
+                if block == self._block:
+                    _check_arguments("".join(args), name)
+        out.append(
+            named_event("content_block_stop", {"type": "content_block_stop", "index": self._block})
+        )
+        self._block = -1
+
+    def _text(self, text: str, out: list[str]) -> None:
+        if self._block_kind != "text" or self._block < 0:
+            self._open("text", {"type": "text", "text": ""}, out)
+        delta = {"type": "text_delta", "text": text}
+        out.append(self._delta(delta))
+
+    def _tool_delta(self, call: dict[str, Any], out: list[str]) -> None:
+        index = call.get("index", 0)
+        fn = call.get("function") or {}
+        known = self._tools.get(index)
+        if known is None:
+            name = str(fn.get("name") or "")
+            block = {"type": "tool_use", "id": str(call.get("id") or ""), "name": name, "input": {}}
+            known = self._tools[index] = (self._open("tool_use", block, out), name, [])
+        elif known[0] != self._block:
+            raise upstream("the provider interleaved tool call deltas; they cannot be carried over")
+        part = fn.get("arguments")
+        if isinstance(part, str) and part:
+            known[2].append(part)
+            out.append(self._delta({"type": "input_json_delta", "partial_json": part}))
+
+    def _delta(self, delta: dict[str, Any]) -> str:
+        body = {"type": "content_block_delta", "index": self._block, "delta": delta}
+        return named_event("content_block_delta", body)
+
+    def _finish(self, out: list[str]) -> None:
+        if self._reason is None:
+            raise upstream("the provider's stream ended before its stop event")
+        self._done = True
+        self._stop_block(out)
+        delta = {"stop_reason": self._reason, "stop_sequence": None}
+        event = {"type": "message_delta", "delta": delta, "usage": self._usage}
+        out.append(named_event("message_delta", event))
+        out.append(named_event("message_stop", {"type": "message_stop"}))
+
+
+def _check_arguments(arguments: str, name: str) -> None:
+    if not arguments.strip():
+        return
+    try:
+        value = loads(arguments)
+    except Exception:
+        value = None
+    if not isinstance(value, dict):
+        raise upstream(
+            f"the provider's call of tool '{name}' has arguments that are not valid JSON"
+        )

@@ -1,0 +1,206 @@
+"""Responses client, Chat Completions provider: the streamed answer.
+
+``chat.completion.chunk`` events in; out, as the official SDK's stream state expects them:
+``response.created``, ``response.in_progress``, per output item ``response.output_item.added``
+(``message`` or ``function_call``), ``response.content_part.added``,
+``response.output_text.delta`` / ``.done``, ``response.content_part.done``,
+``response.function_call_arguments.delta`` / ``.done``, ``response.output_item.done``, and at
+the end ``response.completed`` (or ``response.incomplete``) carrying the whole Response.
+Every event has a rising ``sequence_number``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pool.translate.common import SseReader, error_text, json_event, named_event, upstream
+from pool.translate.responses_via_chat import (
+    call_item,
+    message_item,
+    response_id,
+    response_object,
+    response_usage,
+)
+
+
+class ResponsesViaChatStream:
+    """One stream's state: the output items opened so far, the finish reason and usage."""
+
+    def __init__(self, model: str, echo: dict[str, Any]) -> None:
+        self._reader = SseReader()
+        self._model = model
+        self._echo = echo
+        self._id = ""
+        self._created = int(time.time())
+        self._seq = 0
+        self._output: list[dict[str, Any]] = []  # final items, in output order
+        self._open: int = -1  # output index of the open item, -1 when none
+        self._text: list[str] = []
+        self._args: list[str] = []
+        self._calls: dict[int, int] = {}  # chat tool index -> output index
+        self._finish: str | None = None
+        self._usage: dict[str, Any] | None = None
+        self._done = False
+
+    def feed(self, text: str) -> str:
+        out: list[str] = []
+        for data in self._reader.feed(text):
+            self._event(data, out)
+        return "".join(out)
+
+    def close(self) -> str:
+        out: list[str] = []
+        for data in self._reader.flush():
+            self._event(data, out)
+        if not self._done:
+            self._complete(out)
+        return "".join(out)
+
+    def _emit(self, out: list[str], kind: str, **fields: Any) -> None:
+        out.append(named_event(kind, {"type": kind, "sequence_number": self._seq, **fields}))
+        self._seq += 1
+
+    def _response(self, finish: str | None) -> dict[str, Any]:
+        usage = self._usage if finish is not None else None
+        output = self._output if finish is not None else []
+        return response_object(
+            self._id, self._model, self._created, self._echo, output, finish, usage
+        )
+
+    def _event(self, data: str, out: list[str]) -> None:
+        if self._done:
+            return
+        chunk = json_event(data)
+        if chunk is None:  # [DONE]
+            self._complete(out)
+            return
+        if "error" in chunk:
+            raise upstream(error_text(chunk))
+        if not self._id:
+            self._id = response_id(chunk.get("id"))
+            self._model = str(chunk.get("model") or self._model)
+            self._emit(out, "response.created", response=self._response(None))
+            self._emit(out, "response.in_progress", response=self._response(None))
+        if isinstance(chunk.get("usage"), dict):
+            self._usage = response_usage(chunk["usage"])
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self._text_delta(content, out)
+            for call in delta.get("tool_calls") or ():
+                self._call_delta(call, out)
+            if choice.get("finish_reason"):
+                self._finish = str(choice["finish_reason"])
+
+    # --- output items ---------------------------------------------------------------------
+
+    def _text_delta(self, text: str, out: list[str]) -> None:
+        if self._open < 0 or self._output[self._open]["type"] != "message":
+            self._close_item(out)
+            item = message_item(
+                f"msg_{self._id.removeprefix('resp_')}_{len(self._output)}", "", "in_progress"
+            )
+            index = self._add(item, out)
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            self._emit(
+                out,
+                "response.content_part.added",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                part=part,
+            )
+        self._text.append(text)
+        item = self._output[self._open]
+        self._emit(
+            out,
+            "response.output_text.delta",
+            item_id=item["id"],
+            output_index=self._open,
+            content_index=0,
+            delta=text,
+            logprobs=[],
+        )
+
+    def _call_delta(self, call: dict[str, Any], out: list[str]) -> None:
+        index = call.get("index", 0)
+        fn = call.get("function") or {}
+        at = self._calls.get(index)
+        if at is None:
+            self._close_item(out)
+            item = call_item(
+                str(call.get("id") or f"call_{index}"), str(fn.get("name") or ""), "", "in_progress"
+            )
+            at = self._calls[index] = self._add(item, out)
+        elif at != self._open:
+            raise upstream("the provider interleaved tool call deltas; they cannot be carried over")
+        part = fn.get("arguments")
+        if isinstance(part, str) and part:
+            self._args.append(part)
+            self._emit(
+                out,
+                "response.function_call_arguments.delta",
+                item_id=self._output[at]["id"],
+                output_index=at,
+                delta=part,
+            )
+
+    def _add(self, item: dict[str, Any], out: list[str]) -> int:
+        index = len(self._output)
+        self._output.append(item)
+        self._open = index
+        self._emit(out, "response.output_item.added", output_index=index, item=dict(item))
+        return index
+
+    def _close_item(self, out: list[str]) -> None:
+        if self._open < 0:
+            return
+        index, item = self._open, self._output[self._open]
+        if item["type"] == "message":
+            text = "".join(self._text)
+            done = message_item(item["id"], text)
+            part = done["content"][0]
+            self._emit(
+                out,
+                "response.output_text.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                text=text,
+                logprobs=[],
+            )
+            self._emit(
+                out,
+                "response.content_part.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                part=part,
+            )
+            self._text = []
+        else:
+            arguments = "".join(self._args)
+            done = call_item(item["call_id"], item["name"], arguments)
+            self._emit(
+                out,
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=index,
+                name=item["name"],
+                arguments=arguments,
+            )
+            self._args = []
+        self._output[index] = done
+        self._emit(out, "response.output_item.done", output_index=index, item=done)
+        self._open = -1
+
+    def _complete(self, out: list[str]) -> None:
+        if self._finish is None:
+            raise upstream("the provider's stream ended before its stop event")
+        self._done = True
+        self._close_item(out)
+        response = self._response(self._finish)
+        kind = "response.completed" if response["status"] == "completed" else "response.incomplete"
+        self._emit(out, kind, response=response)
