@@ -33,6 +33,8 @@ class FakeOllama(FakeServer):
         model = body.get("model", "")
         tools = body.get("tools") or []
         tool = tools[0]["function"]["name"] if tools else None
+        if (body.get("messages") or [{}])[-1].get("role") == "tool":
+            tool = None  # a tool round trip: now answer in text
 
         def line(message: dict[str, Any], done: bool = False, **extra: Any) -> str:
             obj = {

@@ -46,6 +46,9 @@ class FakeOpenAI(FakeServer):
         tools = body.get("tools") or []
         if not tools or body.get("tool_choice") == "none":
             return None
+        messages = body.get("messages") or [{}]
+        if messages[-1].get("role") == "tool":  # a tool round trip: now answer in text
+            return None
         return str(tools[0].get("function", {}).get("name", "tool"))
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
@@ -118,6 +121,11 @@ class FakeOpenAI(FakeServer):
                 )
         else:
             chunks += [chunk({"content": p}) for p in pieces(self.reply_text)]
+        if self.faults.stream_error:  # as vLLM and others report a failure mid-stream
+            error = {"error": {"message": "model crashed", "type": "server_error", "code": 500}}
+            return await self.stream(request, [*chunks[:2], _sse(error)], "text/event-stream")
+        if self.faults.end_early:
+            return await self.stream(request, chunks[:2], "text/event-stream")
         chunks.append(chunk({}, "tool_calls" if tool else "stop"))
         if include_usage:
             chunks.append(

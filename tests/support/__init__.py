@@ -51,6 +51,10 @@ Modules
     ``example_document()`` and the example Node token.
 ``pools``
     ``prov(...)``, ``ready_pool(*providers, ...)``, ``await enqueue(pool)`` for engine tests.
+``translation``
+    ``translation_stack(directory)``: an Edge with a Chat, a GLM, an Ollama, an Anthropic
+    and a CLI provider and model groups with and without ``translate`` (R-XLATE-1);
+    ``metric(stack, name, **labels)``: a summed sample of ``/metrics``.
 ``clock``
     ``Clock``: a hand-driven clock.
 ``metering``
