@@ -274,7 +274,15 @@ def test_invalid_json_tool_arguments_from_the_provider_are_a_clear_error(
 ) -> None:
     """A provider tool call whose arguments are not JSON cannot become tool_use.input: 502 in
     the Anthropic shape, whole or streamed."""
-    stack.upstream().server.tool_arguments = '{"city": Par'
+    server = stack.upstream().server
+    server.tool_arguments = '{"city": Par'
+    try:
+        expect_invalid_arguments_error(ant)
+    finally:
+        server.tool_arguments = '{"city":"Paris"}'
+
+
+def expect_invalid_arguments_error(ant: anthropic.Anthropic) -> None:
     question = [{"role": "user", "content": "Weather?"}]
     with pytest.raises(anthropic.APIStatusError) as caught:
         ant.messages.create(
