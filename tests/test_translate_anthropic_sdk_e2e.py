@@ -289,9 +289,12 @@ def expect_invalid_arguments_error(ant: anthropic.Anthropic) -> None:
             model="claude-over-chat", max_tokens=8, messages=question, tools=[WEATHER]
         )
     assert caught.value.status_code == 502 and "not valid JSON" in str(caught.value)
-    with pytest.raises(anthropic.APIStatusError) as streamed, ant.messages.stream(
-        model="claude-over-chat", max_tokens=8, messages=question, tools=[WEATHER]
-    ) as stream:
+    with (
+        pytest.raises(anthropic.APIStatusError) as streamed,
+        ant.messages.stream(
+            model="claude-over-chat", max_tokens=8, messages=question, tools=[WEATHER]
+        ) as stream,
+    ):
         stream.until_done()
     assert "not valid JSON" in str(streamed.value)
 
@@ -303,9 +306,12 @@ def test_a_broken_upstream_stream_ends_in_an_anthropic_error_event(
     """An upstream stream that ends without its stop event, or reports an error mid-stream,
     ends the client's stream with an Anthropic ``error`` event, never a silent truncation."""
     setattr(stack.upstream().server.faults, fault, True)
-    with pytest.raises(anthropic.APIStatusError) as caught, ant.messages.stream(
-        model="claude-over-chat", max_tokens=8, messages=[{"role": "user", "content": "x"}]
-    ) as stream:
+    with (
+        pytest.raises(anthropic.APIStatusError) as caught,
+        ant.messages.stream(
+            model="claude-over-chat", max_tokens=8, messages=[{"role": "user", "content": "x"}]
+        ) as stream,
+    ):
         stream.until_done()
     expected = "before its stop event" if fault == "end_early" else "model crashed"
     assert expected in str(caught.value)
