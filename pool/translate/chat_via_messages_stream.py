@@ -13,7 +13,7 @@ from typing import Any
 from pool.translate.chat_via_messages import FINISH_REASONS, chat_usage, completion_id
 from pool.translate.common import (
     DONE_EVENT,
-    SseReader,
+    SseTranslator,
     data_event,
     error_text,
     json_event,
@@ -21,11 +21,11 @@ from pool.translate.common import (
 )
 
 
-class ChatViaMessagesStream:
+class ChatViaMessagesStream(SseTranslator):
     """One stream's state: ids, the tool-call index of each tool_use block, usage."""
 
     def __init__(self, model: str, include_usage: bool) -> None:
-        self._reader = SseReader()
+        super().__init__()
         self._include_usage = include_usage
         self._id = completion_id(None)
         self._model = model
@@ -33,21 +33,6 @@ class ChatViaMessagesStream:
         self._tool_index: dict[int, int] = {}  # content block index -> tool call index
         self._usage: dict[str, Any] = {}
         self._reason: str | None = None
-        self._done = False
-
-    def feed(self, text: str) -> str:
-        out: list[str] = []
-        for data in self._reader.feed(text):
-            self._event(data, out)
-        return "".join(out)
-
-    def close(self) -> str:
-        out: list[str] = []
-        for data in self._reader.flush():
-            self._event(data, out)
-        if not self._done:
-            raise upstream("the provider's stream ended before its stop event")
-        return "".join(out)
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> str:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
@@ -62,8 +47,6 @@ class ChatViaMessagesStream:
         )
 
     def _event(self, data: str, out: list[str]) -> None:
-        if self._done:
-            return
         event = json_event(data)
         kind = event.get("type") if event is not None else None
         if kind == "message_start":

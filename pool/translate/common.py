@@ -129,6 +129,41 @@ def error_text(obj: dict[str, Any]) -> str:
     return "the provider reported an error mid-stream: " + message[:300]
 
 
+class SseTranslator:
+    """The shared frame of the stream translators: complete upstream events go to
+    ``_event`` until the translator is done; ``close`` at the upstream's end calls ``_end``."""
+
+    def __init__(self) -> None:
+        self._reader = SseReader()
+        self._done = False
+
+    def feed(self, text: str) -> str:
+        return self._run(self._reader.feed(text))
+
+    def close(self) -> str:
+        out = self._run(self._reader.flush())
+        if self._done:
+            return out
+        tail: list[str] = []
+        self._end(tail)
+        return out + "".join(tail)
+
+    def _run(self, events: list[str]) -> str:
+        out: list[str] = []
+        for data in events:
+            if self._done:
+                break
+            self._event(data, out)
+        return "".join(out)
+
+    def _event(self, data: str, out: list[str]) -> None:
+        raise NotImplementedError
+
+    def _end(self, out: list[str]) -> None:
+        """The upstream stream ended before the translator was done."""
+        raise upstream("the provider's stream ended before its stop event")
+
+
 class StreamTranslator(Protocol):
     """Upstream SSE text in, client SSE text out; ``close`` at the upstream's normal end.
 

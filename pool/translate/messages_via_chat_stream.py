@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from pool.translate.common import (
-    SseReader,
+    SseTranslator,
     error_text,
     json_event,
     loads,
@@ -21,11 +21,11 @@ from pool.translate.common import (
 from pool.translate.messages_via_chat import STOP_REASONS, message_id, usage_of
 
 
-class MessagesViaChatStream:
+class MessagesViaChatStream(SseTranslator):
     """One stream's state: the open content block and the tool calls seen by index."""
 
     def __init__(self, model: str) -> None:
-        self._reader = SseReader()
+        super().__init__()
         self._model = model
         self._started = False
         self._block = -1  # index of the open content block, -1 when none
@@ -34,30 +34,13 @@ class MessagesViaChatStream:
         self._tools: dict[int, tuple[int, str, list[str]]] = {}  # chat index -> (block, name, args)
         self._reason: str | None = None
         self._usage: dict[str, int] = {"input_tokens": 0, "output_tokens": 0}
-        self._done = False
-
-    def feed(self, text: str) -> str:
-        out: list[str] = []
-        for data in self._reader.feed(text):
-            self._event(data, out)
-        return "".join(out)
-
-    def close(self) -> str:
-        out: list[str] = []
-        for data in self._reader.flush():
-            self._event(data, out)
-        if not self._done:
-            self._finish(out)
-        return "".join(out)
 
     # --- events -------------------------------------------------------------------------
 
     def _event(self, data: str, out: list[str]) -> None:
-        if self._done:
-            return
         chunk = json_event(data)
         if chunk is None:  # [DONE]
-            self._finish(out)
+            self._end(out)
             return
         if "error" in chunk:
             raise upstream(error_text(chunk))
@@ -139,9 +122,10 @@ class MessagesViaChatStream:
         body = {"type": "content_block_delta", "index": self._block, "delta": delta}
         return named_event("content_block_delta", body)
 
-    def _finish(self, out: list[str]) -> None:
+    def _end(self, out: list[str]) -> None:
+        """At ``[DONE]`` or the upstream's end: the stop reason and usage, reported last."""
         if self._reason is None:
-            raise upstream("the provider's stream ended before its stop event")
+            super()._end(out)
         self._done = True
         self._stop_block(out)
         delta = {"stop_reason": self._reason, "stop_sequence": None}

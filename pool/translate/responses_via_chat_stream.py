@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pool.translate.common import SseReader, error_text, json_event, named_event, upstream
+from pool.translate.common import SseTranslator, error_text, json_event, named_event, upstream
 from pool.translate.responses_via_chat import (
     call_item,
     message_item,
@@ -24,11 +24,11 @@ from pool.translate.responses_via_chat import (
 )
 
 
-class ResponsesViaChatStream:
+class ResponsesViaChatStream(SseTranslator):
     """One stream's state: the output items opened so far, the finish reason and usage."""
 
     def __init__(self, model: str, echo: dict[str, Any]) -> None:
-        self._reader = SseReader()
+        super().__init__()
         self._model = model
         self._echo = echo
         self._id = ""
@@ -41,21 +41,6 @@ class ResponsesViaChatStream:
         self._calls: dict[int, int] = {}  # chat tool index -> output index
         self._finish: str | None = None
         self._usage: dict[str, Any] | None = None
-        self._done = False
-
-    def feed(self, text: str) -> str:
-        out: list[str] = []
-        for data in self._reader.feed(text):
-            self._event(data, out)
-        return "".join(out)
-
-    def close(self) -> str:
-        out: list[str] = []
-        for data in self._reader.flush():
-            self._event(data, out)
-        if not self._done:
-            self._complete(out)
-        return "".join(out)
 
     def _emit(self, out: list[str], kind: str, **fields: Any) -> None:
         out.append(named_event(kind, {"type": kind, "sequence_number": self._seq, **fields}))
@@ -69,11 +54,9 @@ class ResponsesViaChatStream:
         )
 
     def _event(self, data: str, out: list[str]) -> None:
-        if self._done:
-            return
         chunk = json_event(data)
         if chunk is None:  # [DONE]
-            self._complete(out)
+            self._end(out)
             return
         if "error" in chunk:
             raise upstream(error_text(chunk))
@@ -196,9 +179,10 @@ class ResponsesViaChatStream:
         self._emit(out, "response.output_item.done", output_index=index, item=done)
         self._open = -1
 
-    def _complete(self, out: list[str]) -> None:
+    def _end(self, out: list[str]) -> None:
+        """At ``[DONE]`` or the upstream's end: close the open item and complete."""
         if self._finish is None:
-            raise upstream("the provider's stream ended before its stop event")
+            super()._end(out)
         self._done = True
         self._close_item(out)
         response = self._response(self._finish)
