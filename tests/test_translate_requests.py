@@ -564,3 +564,44 @@ async def test_a_translation_failure_ends_the_run_in_the_clients_error() -> None
         and "kaput" in end.error.message
     )
     assert source.get_nowait() is None
+
+
+@pytest.mark.parametrize(
+    ("driver", "source", "refused"),
+    [
+        ("openai_chat", {"type": "url", "url": "https://x.test/a.png"}, False),
+        ("ollama", {"type": "base64", "media_type": "image/png", "data": PNG}, False),
+        ("ollama", {"type": "url", "url": "https://x.test/a.png"}, True),
+        ("cli", {"type": "base64", "media_type": "image/png", "data": PNG}, True),
+    ],
+)
+def test_an_image_the_provider_would_drop_is_refused_r_xlate_2(
+    driver: str, source: dict[str, Any], refused: bool
+) -> None:
+    """R-XLATE-2: Ollama takes base64 images only and a CLI program none: refused, not
+    silently dropped on the way."""
+    content = [{"type": "text", "text": "see"}, {"type": "image", "source": source}]
+    request = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": content}]}
+    if not refused:
+        mvc.chat_request(request, "served", mvc.images_for(driver))
+        return
+    with pytest.raises(TranslationError) as caught:
+        mvc.chat_request(request, "served", mvc.images_for(driver))
+    assert caught.value.param == "messages[0].content[1].source.type"
+    responses = {
+        "model": "m",
+        "input": [
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "input_image",
+                        "image_url": source.get("url") or f"data:image/png;base64,{PNG}",
+                    }
+                ],
+            }
+        ],
+    }
+    with pytest.raises(TranslationError) as again:
+        rvc.chat_request(responses, "served", mvc.images_for(driver))
+    assert again.value.param == "input[0].content[0].image_url"

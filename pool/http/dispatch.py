@@ -91,6 +91,7 @@ def translation_for(request: ParsedRequest, target: Target) -> Translation | Non
             target.model,
             stream=request.stream,
             input_estimate=request.input_tokens_estimate,
+            driver=target.driver,
         )
     except TranslationError as exc:
         raise HttpError(exc.code, exc.message, exc.param) from None

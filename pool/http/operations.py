@@ -140,6 +140,7 @@ class Target:
     silence_s: float = 600.0  # no output from the Node for this long: the run is abandoned
     translate: bool = False  # the group serves operations the driver lacks (R-XLATE-1)
     capabilities: frozenset[str] = frozenset()  # the profile's own (native) capabilities
+    driver: str = ""  # the profile's driver: which images a translation can pass on
 
 
 def build_targets(snapshot: EdgeSnapshot) -> dict[tuple[str, str], Target]:
@@ -164,6 +165,7 @@ def build_targets(snapshot: EdgeSnapshot) -> dict[tuple[str, str], Target]:
                 silence_s=silence_limit(spec),
                 translate=group.translate,
                 capabilities=profile.capabilities,
+                driver=profile.driver,
             )
     return targets
 

@@ -61,11 +61,27 @@ def _text_of(blocks: Any, where: str) -> str:
     return "\n".join(parts)
 
 
-def image_part(source: Any, where: str) -> dict[str, Any]:
+def check_image(images: str, url: bool, where: str) -> None:
+    """Refuse an image the provider would drop: ``images`` is ``all``, ``inline`` (base64
+    only: Ollama) or ``none`` (CLI) — see ``images_for``."""
+    if images == "none":
+        raise unsupported(where, "is an image; this model's provider takes text only")
+    if images == "inline" and url:
+        raise unsupported(
+            where, "is an image by URL; this model's provider takes base64 images only"
+        )
+
+
+def images_for(driver: str) -> str:
+    return {"ollama": "inline", "cli": "none"}.get(driver, "all")
+
+
+def image_part(source: Any, where: str, images: str = "all") -> dict[str, Any]:
     """An Anthropic image source as a Chat ``image_url`` part."""
     if not isinstance(source, dict):
         raise invalid(where, "must be an object")
     kind = source.get("type")
+    check_image(images, kind == "url", f"{where}.type")
     if kind == "url" and isinstance(source.get("url"), str):
         return {"type": "image_url", "image_url": {"url": source["url"]}}
     if kind == "base64":
@@ -82,7 +98,7 @@ def image_part(source: Any, where: str) -> dict[str, Any]:
     raise unsupported(f"{where}.type", f"image source '{kind}' is not translatable")
 
 
-def _user_turn(content: list[Any], where: str) -> list[dict[str, Any]]:
+def _user_turn(content: list[Any], where: str, images: str) -> list[dict[str, Any]]:
     """One user turn: its tool results become ``tool`` messages first, then the rest."""
     results: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
@@ -92,7 +108,7 @@ def _user_turn(content: list[Any], where: str) -> list[dict[str, Any]]:
         if kind == "text" and isinstance(block.get("text"), str):
             parts.append({"type": "text", "text": block["text"]})
         elif kind == "image":
-            parts.append(image_part(block.get("source"), f"{at}.source"))
+            parts.append(image_part(block.get("source"), f"{at}.source", images))
         elif kind == "tool_result":
             call_id = block.get("tool_use_id")
             if not isinstance(call_id, str):
@@ -178,8 +194,9 @@ def _tool_choice(choice: Any, chat: dict[str, Any]) -> None:
         chat["parallel_tool_calls"] = False
 
 
-def chat_request(data: dict[str, Any], model: str) -> dict[str, Any]:
-    """An Anthropic Messages request as a Chat Completions request for ``model``."""
+def chat_request(data: dict[str, Any], model: str, images: str = "all") -> dict[str, Any]:
+    """An Anthropic Messages request as a Chat Completions request for ``model``;
+    ``images`` says which images the provider takes (``images_for``)."""
     for name in data:
         if name not in _KNOWN:
             raise unsupported(name)
@@ -198,7 +215,7 @@ def chat_request(data: dict[str, Any], model: str) -> dict[str, Any]:
         elif not isinstance(content, list):
             raise invalid(f"{where}.content", "must be a string or an array of content blocks")
         elif msg["role"] == "user":
-            messages += _user_turn(content, where)
+            messages += _user_turn(content, where, images)
         else:
             messages.append(_assistant_turn(content, where))
     chat["messages"] = messages

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from pool.translate.common import dumps, invalid, loads, unsupported, upstream
+from pool.translate.messages_via_chat import check_image
 
 _SAME = ("temperature", "top_p", "parallel_tool_calls", "user", "stream")
 _KNOWN = frozenset(
@@ -28,7 +29,7 @@ _ECHOED_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _parts(content: Any, where: str) -> str | list[dict[str, Any]]:
+def _parts(content: Any, where: str, images: str = "all") -> str | list[dict[str, Any]]:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -45,6 +46,7 @@ def _parts(content: Any, where: str) -> str | list[dict[str, Any]]:
                 ("https://", "http://", "data:image/")
             ):
                 raise unsupported(f"{at}.image_url", "must be an http(s) URL or an image data URL")
+            check_image(images, not url.startswith("data:"), f"{at}.image_url")
             image: dict[str, Any] = {"url": url}
             if part.get("detail") in ("low", "high", "auto"):
                 image["detail"] = part["detail"]
@@ -56,7 +58,7 @@ def _parts(content: Any, where: str) -> str | list[dict[str, Any]]:
     return out
 
 
-def _messages(items: Any) -> list[dict[str, Any]]:
+def _messages(items: Any, images: str) -> list[dict[str, Any]]:
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
     if not isinstance(items, list) or not items:
@@ -71,7 +73,7 @@ def _messages(items: Any) -> list[dict[str, Any]]:
             role = item.get("role")
             if role not in ("user", "assistant", "system", "developer"):
                 raise invalid(f"{where}.role", "must be user, assistant, system or developer")
-            content = _parts(item.get("content"), f"{where}.content")
+            content = _parts(item.get("content"), f"{where}.content", images)
             if role == "assistant" and not isinstance(content, str):
                 raise unsupported(f"{where}.content", "of an assistant turn must be text")
             messages.append({"role": role, "content": content})
@@ -155,8 +157,9 @@ def _format(text: Any) -> dict[str, Any] | None:
     raise unsupported("text.format.type", f"'{kind}' is not translatable")
 
 
-def chat_request(data: dict[str, Any], model: str) -> dict[str, Any]:
-    """A Responses request as a Chat Completions request for ``model``."""
+def chat_request(data: dict[str, Any], model: str, images: str = "all") -> dict[str, Any]:
+    """A Responses request as a Chat Completions request for ``model``; ``images`` says
+    which images the provider takes (``messages_via_chat.images_for``)."""
     for name in data:
         if name not in _KNOWN:
             raise unsupported(name)
@@ -164,7 +167,7 @@ def chat_request(data: dict[str, Any], model: str) -> dict[str, Any]:
         raise unsupported("store", "(stored responses) has no counterpart; send store: false")
     chat: dict[str, Any] = {name: data[name] for name in _SAME if data.get(name) is not None}
     chat["model"] = model
-    messages = _messages(data.get("input"))
+    messages = _messages(data.get("input"), images)
     if isinstance(data.get("instructions"), str):
         messages.insert(0, {"role": "system", "content": data["instructions"]})
     chat["messages"] = messages

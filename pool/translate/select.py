@@ -27,14 +27,21 @@ class Translation:
 
 
 def translation(
-    kind: str, data: dict[str, Any], model: str, *, stream: bool, input_estimate: int
+    kind: str,
+    data: dict[str, Any],
+    model: str,
+    *,
+    stream: bool,
+    input_estimate: int,
+    driver: str = "openai_chat",
 ) -> Translation:
-    """Translate a request of route ``kind`` (``pool.translate.plan.route``) for ``model``.
+    """Translate a request of route ``kind`` (``pool.translate.plan.route``) for ``model``
+    on a provider of ``driver``.
 
     Raises ``TranslationError`` for what cannot be translated (R-XLATE-2).
     """
     if kind == "messages_via_chat":
-        body = mvc.chat_request(data, model)
+        body = mvc.chat_request(data, model, mvc.images_for(driver))
         return Translation(
             "chat_completions",
             dumps(body).encode(),
@@ -52,7 +59,7 @@ def translation(
             stream=ChatViaMessagesStream(model, include_usage) if stream else None,
         )
     if kind == "responses_via_chat":
-        body = rvc.chat_request(data, model)
+        body = rvc.chat_request(data, model, mvc.images_for(driver))
         echo = rvc.echo_fields(data)
         return Translation(
             "chat_completions",
