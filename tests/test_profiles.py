@@ -14,6 +14,7 @@ from catalog.config import (
     RuntimeProfile,
     UnknownOperationError,
 )
+from nodes import wire
 
 
 def _profile(base_url: str | None, **operations: str) -> RuntimeProfile:
@@ -161,6 +162,7 @@ def test_builtin_catalog_contents():
     assert anthropic.driver == "anthropic_messages"
     assert anthropic.auth == AuthSpec("header", "x-api-key", "")
     assert anthropic.extensions["headers"]["anthropic-version"] == "2023-06-01"
+    assert wire.ANTHROPIC_VERSION == "2023-06-01"  # the Node's default agrees (R-XLATE-3)
     assert anthropic.capabilities == {
         "messages",
         "models",

@@ -6,10 +6,11 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from catalog.config.profiles.model import ADAPTER_BY_DRIVER, AuthSpec, RuntimeProfile, freeze
-from nodes.wire import ANTHROPIC_VERSION
 
 BEARER = AuthSpec("bearer", "Authorization", "Bearer")
 NO_AUTH = AuthSpec("none")
+# The Messages API version (R-XLATE-3); the Node's default is nodes.wire.ANTHROPIC_VERSION.
+ANTHROPIC_VERSION = "2023-06-01"
 
 
 def _profile(
