@@ -315,3 +315,25 @@ def test_a_broken_upstream_stream_ends_in_an_anthropic_error_event(
         stream.until_done()
     expected = "before its stop event" if fault == "end_early" else "model crashed"
     assert expected in str(caught.value)
+
+
+def test_a_cli_provider_serves_the_anthropic_sdk_by_translation_r_xlate_1(
+    stack: Stack, ant: anthropic.Anthropic
+) -> None:
+    """R-XLATE-1: a CLI program (normalized Chat output) answers an Anthropic client, whole
+    and streamed; an image, which a CLI program cannot take, is refused (R-XLATE-2)."""
+    reply = ant.messages.create(
+        model="claude-over-cli", max_tokens=32, messages=[{"role": "user", "content": "ping cli"}]
+    )
+    assert reply.content[0].type == "text" and reply.content[0].text == "ping cli"
+    assert reply.stop_reason == "end_turn"
+    with ant.messages.stream(
+        model="claude-over-cli", max_tokens=32, messages=[{"role": "user", "content": "two parts"}]
+    ) as stream:
+        assert "".join(stream.text_stream) == "two parts"
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        ant.messages.create(
+            model="claude-over-cli", max_tokens=8, messages=[{"role": "user", "content": [image]}]
+        )
+    assert "text only" in str(caught.value)

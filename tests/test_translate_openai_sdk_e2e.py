@@ -12,8 +12,8 @@ from typing import Any
 import openai
 import pytest
 
-from tests.harness import Stack
-from tests.harness.translation import PROVIDER_KEY, metric, translation_stack
+from tests.support import Stack
+from tests.support.translation import PROVIDER_KEY, metric, translation_stack
 
 pytestmark = pytest.mark.slow
 

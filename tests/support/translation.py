@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+from tests.fakes import CLI_TOOL
 from tests.support.stack import Stack
 
 PROVIDER_KEY = "sk-canary-xlate-provider-3f9a"
@@ -21,6 +23,7 @@ PROVIDERS = [
         "capacity": 4,
         "credential": {"env": "IOP_TEST_XLATE_KEY"},
     },
+    {"id": "p-cli", "profile": "cli", "command": [sys.executable, CLI_TOOL, "echo"], "capacity": 2},
 ]
 PROFILES = {
     "ollama_tools": {
@@ -32,6 +35,7 @@ MODELS = [
     {"id": "claude-over-chat", "providers": {"p-chat": "served-gpt"}, "translate": True},
     {"id": "claude-over-ollama", "providers": {"p-ollama": "llama3:8b"}, "translate": True},
     {"id": "gpt-over-claude", "providers": {"p-claude": "claude-served"}, "translate": True},
+    {"id": "claude-over-cli", "providers": {"p-cli": "echo"}, "translate": True},
     {"id": "responses-over-glm", "providers": {"p-glm": "glm-4.6"}, "translate": True},
     {"id": "chat-plain", "providers": {"p-chat": "served-gpt"}},
     {"id": "glm-plain", "providers": {"p-glm": "glm-4.6"}},
