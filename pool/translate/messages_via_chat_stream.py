@@ -10,56 +10,33 @@ from __future__ import annotations
 
 from typing import Any
 
-from pool.translate.common import (
-    SseTranslator,
-    error_text,
-    json_event,
-    loads,
-    named_event,
-    upstream,
-)
+from pool.translate.chat_chunks import ChatChunkTranslator
+from pool.translate.common import loads, named_event, upstream
 from pool.translate.messages_via_chat import STOP_REASONS, message_id, usage_of
 
 
-class MessagesViaChatStream(SseTranslator):
+class MessagesViaChatStream(ChatChunkTranslator):
     """One stream's state: the open content block and the tool calls seen by index."""
 
     def __init__(self, model: str) -> None:
         super().__init__()
         self._model = model
-        self._started = False
         self._block = -1  # index of the open content block, -1 when none
         self._block_kind = ""
         self._next_block = 0
         self._tools: dict[int, tuple[int, str, list[str]]] = {}  # chat index -> (block, name, args)
         self._reason: str | None = None
-        self._usage: dict[str, int] = {"input_tokens": 0, "output_tokens": 0}
+        self._usage_seen: dict[str, int] = {"input_tokens": 0, "output_tokens": 0}
 
     # --- events -------------------------------------------------------------------------
 
-    def _event(self, data: str, out: list[str]) -> None:
-        chunk = json_event(data)
-        if chunk is None:  # [DONE]
-            self._end(out)
-            return
-        if "error" in chunk:
-            raise upstream(error_text(chunk))
-        if not self._started:
-            self._start(chunk, out)
-        if isinstance(chunk.get("usage"), dict):
-            self._usage = usage_of(chunk["usage"])
-        for choice in chunk.get("choices") or ():
-            delta = choice.get("delta") or {}
-            content = delta.get("content")
-            if isinstance(content, str) and content:
-                self._text(content, out)
-            for call in delta.get("tool_calls") or ():
-                self._tool_delta(call, out)
-            if choice.get("finish_reason"):
-                self._reason = STOP_REASONS.get(choice["finish_reason"], "end_turn")
+    def _usage(self, usage: dict[str, Any]) -> None:
+        self._usage_seen = usage_of(usage)
 
-    def _start(self, chunk: dict[str, Any], out: list[str]) -> None:
-        self._started = True
+    def _finish(self, reason: str) -> None:
+        self._reason = STOP_REASONS.get(reason, "end_turn")
+
+    def _first(self, chunk: dict[str, Any], out: list[str]) -> None:
         message: dict[str, Any] = {
             "id": message_id(chunk.get("id")),
             "type": "message",
@@ -103,7 +80,7 @@ class MessagesViaChatStream(SseTranslator):
         delta = {"type": "text_delta", "text": text}
         out.append(self._delta(delta))
 
-    def _tool_delta(self, call: dict[str, Any], out: list[str]) -> None:
+    def _tool(self, call: dict[str, Any], out: list[str]) -> None:
         index = call.get("index", 0)
         fn = call.get("function") or {}
         known = self._tools.get(index)
@@ -129,7 +106,7 @@ class MessagesViaChatStream(SseTranslator):
         self._done = True
         self._stop_block(out)
         delta = {"stop_reason": self._reason, "stop_sequence": None}
-        event = {"type": "message_delta", "delta": delta, "usage": self._usage}
+        event = {"type": "message_delta", "delta": delta, "usage": self._usage_seen}
         out.append(named_event("message_delta", event))
         out.append(named_event("message_stop", {"type": "message_stop"}))
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pool.translate.common import SseTranslator, error_text, json_event, named_event, upstream
+from pool.translate.chat_chunks import ChatChunkTranslator
+from pool.translate.common import named_event, upstream
 from pool.translate.responses_via_chat import (
     call_item,
     message_item,
@@ -24,7 +25,7 @@ from pool.translate.responses_via_chat import (
 )
 
 
-class ResponsesViaChatStream(SseTranslator):
+class ResponsesViaChatStream(ChatChunkTranslator):
     """One stream's state: the output items opened so far, the finish reason and usage."""
 
     def __init__(self, model: str, echo: dict[str, Any]) -> None:
@@ -36,50 +37,38 @@ class ResponsesViaChatStream(SseTranslator):
         self._seq = 0
         self._output: list[dict[str, Any]] = []  # final items, in output order
         self._open: int = -1  # output index of the open item, -1 when none
-        self._text: list[str] = []
+        self._text_parts: list[str] = []
         self._args: list[str] = []
         self._calls: dict[int, int] = {}  # chat tool index -> output index
-        self._finish: str | None = None
-        self._usage: dict[str, Any] | None = None
+        self._reason: str | None = None
+        self._usage_seen: dict[str, Any] | None = None
 
     def _emit(self, out: list[str], kind: str, **fields: Any) -> None:
         out.append(named_event(kind, {"type": kind, "sequence_number": self._seq, **fields}))
         self._seq += 1
 
     def _response(self, finish: str | None) -> dict[str, Any]:
-        usage = self._usage if finish is not None else None
+        usage = self._usage_seen if finish is not None else None
         output = self._output if finish is not None else []
         return response_object(
             self._id, self._model, self._created, self._echo, output, finish, usage
         )
 
-    def _event(self, data: str, out: list[str]) -> None:
-        chunk = json_event(data)
-        if chunk is None:  # [DONE]
-            self._end(out)
-            return
-        if "error" in chunk:
-            raise upstream(error_text(chunk))
-        if not self._id:
-            self._id = response_id(chunk.get("id"))
-            self._model = str(chunk.get("model") or self._model)
-            self._emit(out, "response.created", response=self._response(None))
-            self._emit(out, "response.in_progress", response=self._response(None))
-        if isinstance(chunk.get("usage"), dict):
-            self._usage = response_usage(chunk["usage"])
-        for choice in chunk.get("choices") or ():
-            delta = choice.get("delta") or {}
-            content = delta.get("content")
-            if isinstance(content, str) and content:
-                self._text_delta(content, out)
-            for call in delta.get("tool_calls") or ():
-                self._call_delta(call, out)
-            if choice.get("finish_reason"):
-                self._finish = str(choice["finish_reason"])
+    def _first(self, chunk: dict[str, Any], out: list[str]) -> None:
+        self._id = response_id(chunk.get("id"))
+        self._model = str(chunk.get("model") or self._model)
+        self._emit(out, "response.created", response=self._response(None))
+        self._emit(out, "response.in_progress", response=self._response(None))
+
+    def _usage(self, usage: dict[str, Any]) -> None:
+        self._usage_seen = response_usage(usage)
+
+    def _finish(self, reason: str) -> None:
+        self._reason = reason
 
     # --- output items ---------------------------------------------------------------------
 
-    def _text_delta(self, text: str, out: list[str]) -> None:
+    def _text(self, text: str, out: list[str]) -> None:
         if self._open < 0 or self._output[self._open]["type"] != "message":
             self._close_item(out)
             item = message_item(
@@ -95,7 +84,7 @@ class ResponsesViaChatStream(SseTranslator):
                 content_index=0,
                 part=part,
             )
-        self._text.append(text)
+        self._text_parts.append(text)
         item = self._output[self._open]
         self._emit(
             out,
@@ -107,7 +96,7 @@ class ResponsesViaChatStream(SseTranslator):
             logprobs=[],
         )
 
-    def _call_delta(self, call: dict[str, Any], out: list[str]) -> None:
+    def _tool(self, call: dict[str, Any], out: list[str]) -> None:
         index = call.get("index", 0)
         fn = call.get("function") or {}
         at = self._calls.get(index)
@@ -142,7 +131,7 @@ class ResponsesViaChatStream(SseTranslator):
             return
         index, item = self._open, self._output[self._open]
         if item["type"] == "message":
-            text = "".join(self._text)
+            text = "".join(self._text_parts)
             done = message_item(item["id"], text)
             part = done["content"][0]
             self._emit(
@@ -162,7 +151,7 @@ class ResponsesViaChatStream(SseTranslator):
                 content_index=0,
                 part=part,
             )
-            self._text = []
+            self._text_parts = []
         else:
             arguments = "".join(self._args)
             done = call_item(item["call_id"], item["name"], arguments)
@@ -181,10 +170,10 @@ class ResponsesViaChatStream(SseTranslator):
 
     def _end(self, out: list[str]) -> None:
         """At ``[DONE]`` or the upstream's end: close the open item and complete."""
-        if self._finish is None:
+        if self._reason is None:
             super()._end(out)
         self._done = True
         self._close_item(out)
-        response = self._response(self._finish)
+        response = self._response(self._reason)
         kind = "response.completed" if response["status"] == "completed" else "response.incomplete"
         self._emit(out, kind, response=response)

@@ -1,0 +1,54 @@
+"""Reading a Chat Completions stream: the walk over ``chat.completion.chunk`` events that
+every translation from Chat shares; the subclass says what each part becomes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pool.translate.common import SseTranslator, error_text, json_event, upstream
+
+
+class ChatChunkTranslator(SseTranslator):
+    """``[DONE]`` ends the stream, an in-band ``error`` fails it; otherwise, per chunk:
+    ``_first`` once, ``_usage``, then per choice ``_text``, ``_tool`` and ``_finish``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen = False
+
+    def _event(self, data: str, out: list[str]) -> None:
+        chunk = json_event(data)
+        if chunk is None:  # [DONE]
+            self._end(out)
+            return
+        if "error" in chunk:
+            raise upstream(error_text(chunk))
+        if not self._seen:
+            self._seen = True
+            self._first(chunk, out)
+        if isinstance(chunk.get("usage"), dict):
+            self._usage(chunk["usage"])
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self._text(content, out)
+            for call in delta.get("tool_calls") or ():
+                self._tool(call, out)
+            if choice.get("finish_reason"):
+                self._finish(str(choice["finish_reason"]))
+
+    def _first(self, chunk: dict[str, Any], out: list[str]) -> None:
+        raise NotImplementedError
+
+    def _usage(self, usage: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _text(self, text: str, out: list[str]) -> None:
+        raise NotImplementedError
+
+    def _tool(self, call: dict[str, Any], out: list[str]) -> None:
+        raise NotImplementedError
+
+    def _finish(self, reason: str) -> None:
+        raise NotImplementedError
