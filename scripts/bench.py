@@ -41,6 +41,18 @@ BODIES = {
     "json": {"model": "bench", "messages": [{"role": "user", "content": "ping"}]},
     "stream": {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "ping"}]},
 }
+# --translated: the same upstream answer translated for an Anthropic client (R-XLATE-1):
+# message_start, content_block_start, the text deltas, content_block_stop, message_delta,
+# message_stop (the upstream's role chunk and [DONE] carry no event of their own).
+TRANSLATED_BODIES = {
+    mode: {
+        "model": "bench-translated",
+        "max_tokens": 64,
+        **{k: v for k, v in body.items() if k != "model"},
+    }
+    for mode, body in BODIES.items()
+}
+TRANSLATED_EVENTS = EVENTS + 2
 WRK_MISSING = """wrk is not installed. On Debian/Ubuntu:
     sudo apt-get update && sudo apt-get install -y wrk
 then run `make bench` again."""
@@ -49,13 +61,26 @@ then run `make bench` again."""
 class Target:
     """One server under test: where to POST, with which client token, and its processes."""
 
-    def __init__(self, name: str, port: int, pids: dict[str, int], token: str = "") -> None:
+    def __init__(
+        self,
+        name: str,
+        port: int,
+        pids: dict[str, int],
+        token: str = "",
+        *,
+        path: str = "/v1/chat/completions",
+        bodies: dict[str, Any] = BODIES,
+        events: int = EVENTS,
+    ) -> None:
         self.name, self.port, self.pids, self.token = name, port, pids, token
-        self.url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        self.path, self.bodies, self.events = path, bodies, events
+        self.url = f"http://127.0.0.1:{port}{path}"
+
+    def body(self, mode: str) -> bytes:
+        return json.dumps(self.bodies[mode]).encode()
 
     def probe(self, mode: str) -> Probe:
-        body = json.dumps(BODIES[mode]).encode()
-        return Probe("127.0.0.1", self.port, "/v1/chat/completions", body, self.token)
+        return Probe("127.0.0.1", self.port, self.path, self.body(mode), self.token)
 
 
 def _spawn(argv: list[str], first_line: str | None = None) -> tuple[subprocess.Popen[str], str]:
@@ -77,7 +102,7 @@ async def _check(target: Target) -> None:
             sample = await probe.one()
         finally:
             await probe.close()
-        expected = EVENTS if mode == "stream" else 0
+        expected = target.events if mode == "stream" else 0
         if sample.status != 200 or sample.events != expected:
             raise RuntimeError(
                 f"{target.name} answered {mode} with status {sample.status} and "
@@ -88,7 +113,7 @@ async def _check(target: Target) -> None:
 async def _measure(target: Target, mode: str, c: int, seconds: float) -> Row:
     """wrk at concurrency c; for streams, first-byte times from a probe (alone at c=1,
     else one extra connection beside wrk's c)."""
-    body = json.dumps(BODIES[mode]).encode()
+    body = target.body(mode)
     samples: list[StreamSample] = []
     cpu_before = {name: cpu_seconds(pid) for name, pid in target.pids.items()}
     if mode == "stream" and c == 1:
@@ -143,7 +168,7 @@ async def _run(targets: list[Target], pids: dict[str, int], args: argparse.Names
     for target in targets:
         await _check(target)
         await asyncio.to_thread(
-            run_wrk, target.url, json.dumps(BODIES["json"]).encode(), target.token, 16, 1
+            run_wrk, target.url, target.body("json"), target.token, 16, 1
         )  # warm-up: connections, caches
     rows: list[Row] = []
     for mode in BODIES:
@@ -175,6 +200,11 @@ def main() -> int:
         "--profile",
         metavar="DIR",
         help="py-spy the Edge and the Node during the c=16 runs into DIR",
+    )
+    parser.add_argument(
+        "--translated",
+        action="store_true",
+        help="also measure the Edge answering an Anthropic client by translation",
     )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
@@ -208,7 +238,14 @@ def main() -> int:
                         "base_url": f"http://127.0.0.1:{port}/v1",
                     }
                 ],
-                models=[{"id": "bench", "providers": {"p-bench": "bench-served"}}],
+                models=[
+                    {"id": "bench", "providers": {"p-bench": "bench-served"}},
+                    {
+                        "id": "bench-translated",
+                        "providers": {"p-bench": "bench-served"},
+                        "translate": True,
+                    },
+                ],
                 pool={"max_queue": 1024},
                 log_level="WARNING",
             ) as stack,
@@ -221,6 +258,18 @@ def main() -> int:
                 Target("proxy", proxy_port, {"proxy": proxy.pid}),
                 Target("edge", stack.ports["openai"], pids, stack.token),
             ]
+            if args.translated:
+                targets.append(
+                    Target(
+                        "edge-translated",
+                        stack.ports["openai"],
+                        pids,
+                        stack.token,
+                        path="/v1/messages",
+                        bodies=TRANSLATED_BODIES,
+                        events=TRANSLATED_EVENTS,
+                    )
+                )
             rows = asyncio.run(_run(targets, pids, args))
             memory = {name: (idle[name], *rss_mb(pid)) for name, pid in pids.items()}
             stack.wait_idle()
