@@ -33,6 +33,7 @@ class Transport:
 
     def __init__(self) -> None:
         self.frames: list[Any] = []
+        self.session: Any = None
 
     async def send(self, frame: bytes) -> None:
         self.frames.append(wire.decode_from_edge(frame))
@@ -54,7 +55,7 @@ async def edge(transactional_db):
 async def ready_node(runtime: EdgeRuntime, node_id: str = "node-local") -> Transport:
     """Register a Node on the hub and ack its payload: it is dispatch-ready (R-NODE-1)."""
     transport = Transport()
-    session = await runtime.hub.connect(node_id, transport)
+    session = transport.session = await runtime.hub.connect(node_id, transport)
     await runtime.hub.receive(session, wire.encode(wire.Register(node_id=node_id)))
     response = transport.frames[-1]
     assert isinstance(response, wire.RegisterResponse)
@@ -301,3 +302,44 @@ async def test_a_refused_apply_under_load_changes_nothing_in_the_pool(edge):
     for event in load.finish.values():
         event.set()
     assert await asyncio.wait_for(asyncio.gather(*load.tasks), 5) == ["ok"] * 6
+
+
+async def test_r_xlate_1_translate_is_live(edge):
+    """R-XLATE-1: ``models[].translate`` applies live: the same Anthropic request to a CLI
+    group is refused before the apply and answered by translation right after it."""
+    from pool.http.app import OpenAIApp
+    from tests.harness.inprocess import Call
+
+    transport = await ready_node(edge)
+    app = OpenAIApp(edge)
+    body = {"model": "echo", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"x-api-key": "test", "anthropic-version": "2023-06-01"}
+    refused = await Call(app, "POST", "/v1/messages", body, headers=headers).done()
+    assert refused.status == 400 and refused.json()["error"]["type"] == "invalid_request_error"
+    outcome = await apply(edge, lambda d: model(d, "echo").update(translate=True))
+    assert outcome.status == 200
+    assert [(c["path"], c["class"]) for c in outcome.body["changes"]] == [
+        ('models["echo"].translate', "live")
+    ]
+    call = Call(app, "POST", "/v1/messages", body, headers=headers)
+    run = None
+    for _ in range(1000):  # bounded: the run frame arrives within a few loop turns
+        run = next((f for f in transport.frames if isinstance(f, wire.RunRequest)), None)
+        if run is not None:
+            break
+        await asyncio.sleep(0)
+    assert run is not None and run.operation == "chat_completions"
+    answer = (
+        '{"id":"c1","model":"echo","choices":[{"index":0,"message":{"role":"assistant",'
+        '"content":"hi back"},"finish_reason":"stop"}],'
+        '"usage":{"prompt_tokens":2,"completion_tokens":2}}'
+    )
+    await edge.hub.receive(
+        transport.session, wire.encode(wire.RunEvent(run_id=run.run_id, data=answer))
+    )
+    await edge.hub.receive(transport.session, wire.encode(wire.RunEnd(run_id=run.run_id, ok=True)))
+    await call.done()
+    assert call.status == 200
+    reply = call.json()
+    assert reply["type"] == "message" and reply["content"] == [{"type": "text", "text": "hi back"}]
+    assert edge.pool.idle()

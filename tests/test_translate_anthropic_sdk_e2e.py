@@ -337,3 +337,19 @@ def test_a_cli_provider_serves_the_anthropic_sdk_by_translation_r_xlate_1(
             model="claude-over-cli", max_tokens=8, messages=[{"role": "user", "content": [image]}]
         )
     assert "text only" in str(caught.value)
+
+
+def test_a_client_leaving_a_translated_stream_releases_the_lease_r_pool_9(
+    stack: Stack, ant: anthropic.Anthropic
+) -> None:
+    """R-POOL-9: a client that leaves a translated stream mid-way ends the run upstream and
+    the lease is released, as for an untranslated one."""
+    upstream = stack.upstream()
+    upstream.server.faults.delay = 0.5  # between chunks: the client leaves mid-stream
+    with ant.messages.stream(
+        model="claude-over-chat", max_tokens=64, messages=[{"role": "user", "content": "x"}]
+    ) as stream:
+        first = next(iter(stream))
+        assert first.type == "message_start"
+    assert upstream.wait_disconnect(10)
+    stack.wait_idle()
