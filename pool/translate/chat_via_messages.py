@@ -95,7 +95,7 @@ def _tool_use(call: Any, where: str) -> dict[str, Any]:
     raw = fn.get("arguments") or "{}"
     try:
         arguments = loads(raw) if isinstance(raw, str) else None
-    except Exception:
+    except ValueError:
         arguments = None
     if not isinstance(arguments, dict):
         raise invalid(f"{where}.function.arguments", "must be a JSON object encoded as a string")
@@ -251,9 +251,10 @@ def chat_response(body: str) -> str:
     try:
         data = loads(body)
         blocks = data["content"]
-        assert isinstance(blocks, list)
-    except Exception:
-        raise upstream("the provider's answer is not an Anthropic message") from None
+    except (ValueError, LookupError, TypeError):
+        blocks = None
+    if not isinstance(blocks, list):
+        raise upstream("the provider's answer is not an Anthropic message")
     texts = [b["text"] for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
     calls = [
         {

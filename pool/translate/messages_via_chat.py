@@ -10,7 +10,6 @@ import time
 from typing import Any
 
 from pool.translate.common import (
-    TranslationError,
     dumps,
     invalid,
     loads,
@@ -242,7 +241,7 @@ def tool_input(arguments: Any, name: str) -> dict[str, Any]:
         return {}
     try:
         value = loads(arguments)
-    except Exception:
+    except ValueError:
         raise upstream(
             f"the provider's call of tool '{name}' has arguments that are not valid JSON"
         ) from None
@@ -270,7 +269,7 @@ def messages_response(body: str) -> str:
         data = loads(body)
         choice = data["choices"][0]
         message = choice["message"]
-    except Exception:
+    except (ValueError, LookupError, TypeError):
         raise upstream("the provider's answer is not a Chat Completions response") from None
     content: list[dict[str, Any]] = []
     if isinstance(message.get("content"), str) and message["content"]:
@@ -304,6 +303,3 @@ def messages_response(body: str) -> str:
 def count_tokens_estimate(input_tokens: int) -> str:
     """``count_tokens`` where the provider has none: the documented estimate (docs/http-api.md)."""
     return dumps({"input_tokens": input_tokens})
-
-
-__all__ = ["TranslationError", "chat_request", "count_tokens_estimate", "messages_response"]

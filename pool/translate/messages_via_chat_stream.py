@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from pool.translate.chat_chunks import ChatChunkTranslator
-from pool.translate.common import loads, named_event, upstream
-from pool.translate.messages_via_chat import STOP_REASONS, message_id, usage_of
+from pool.translate.common import named_event, upstream
+from pool.translate.messages_via_chat import STOP_REASONS, message_id, tool_input, usage_of
 
 
 class MessagesViaChatStream(ChatChunkTranslator):
@@ -68,7 +68,7 @@ class MessagesViaChatStream(ChatChunkTranslator):
         if self._block_kind == "tool_use":
             for block, name, args in self._tools.values():
                 if block == self._block:
-                    _check_arguments("".join(args), name)
+                    tool_input("".join(args), name)  # a provider error when not a JSON object
         out.append(
             named_event("content_block_stop", {"type": "content_block_stop", "index": self._block})
         )
@@ -109,16 +109,3 @@ class MessagesViaChatStream(ChatChunkTranslator):
         event = {"type": "message_delta", "delta": delta, "usage": self._usage_seen}
         out.append(named_event("message_delta", event))
         out.append(named_event("message_stop", {"type": "message_stop"}))
-
-
-def _check_arguments(arguments: str, name: str) -> None:
-    if not arguments.strip():
-        return
-    try:
-        value = loads(arguments)
-    except Exception:
-        value = None
-    if not isinstance(value, dict):
-        raise upstream(
-            f"the provider's call of tool '{name}' has arguments that are not valid JSON"
-        )

@@ -272,7 +272,7 @@ def responses_response(body: str, echo: dict[str, Any]) -> str:
         data = loads(body)
         choice = data["choices"][0]
         message = choice["message"]
-    except Exception:
+    except (ValueError, LookupError, TypeError):
         raise upstream("the provider's answer is not a Chat Completions response") from None
     rid = response_id(data.get("id"))
     output: list[dict[str, Any]] = []
