@@ -400,3 +400,23 @@ def test_an_anthropic_message_becomes_a_chat_completion() -> None:
     }
     assert chat["choices"][0]["finish_reason"] == "tool_calls"
     assert chat["usage"] == {"prompt_tokens": 35, "completion_tokens": 12, "total_tokens": 47}
+
+
+def test_a_mixed_content_array_with_a_bare_string_is_refused_naming_the_entry() -> None:
+    """A content array mixing a bare string with blocks has no reading in either API: 400
+    naming the entry, in both directions."""
+    anthropic = {
+        "model": "m",
+        "max_tokens": 8,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, "b"]}],
+    }
+    with pytest.raises(TranslationError) as caught:
+        mvc.chat_request(anthropic, "served")
+    assert caught.value.param == "messages[0].content[1].type"
+    chat = {
+        "model": "m",
+        "messages": [{"role": "user", "content": ["a", {"type": "text", "text": "b"}]}],
+    }
+    with pytest.raises(TranslationError) as again:
+        cvm.messages_request(chat, "served")
+    assert again.value.param == "messages[0].content[0].type"
