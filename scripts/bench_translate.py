@@ -26,35 +26,16 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "scripts")) if p not in sys.path]
+
+from bench_upstream import EVENTS, SSE_EVENTS  # noqa: E402
+
 TOKEN = "bench-token"
-EVENTS = 20
 
 
-def _chunk(delta: dict[str, Any], finish: str | None = None) -> str:
-    body = {
-        "id": "chatcmpl-bench",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    return "data: " + json.dumps(body) + "\n\n"
-
-
-def chat_stream(events: int) -> list[str]:
-    out = [_chunk({"role": "assistant", "content": ""})]
-    out += [_chunk({"content": f"word{i} "}) for i in range(events - 4)]
-    out.append(_chunk({}, "stop"))
-    usage = {"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m"}
-    out.append(
-        "data: "
-        + json.dumps(
-            {**usage, "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 9}}
-        )
-        + "\n\n"
-    )
-    out.append("data: [DONE]\n\n")
-    return out
+def chat_stream() -> list[str]:
+    """The 20-event chat stream of `make bench`'s upstream (scripts/bench_upstream.py)."""
+    return [event.decode() for event in SSE_EVENTS]
 
 
 def anthropic_stream(events: int) -> list[str]:
@@ -116,13 +97,13 @@ def per_event_us(make: Any, stream: list[str], rounds: int, repeat: int) -> floa
     return statistics.median(results)
 
 
-def translators(rounds: int, events: int) -> dict[str, float]:
+def translators(rounds: int) -> dict[str, float]:
     from nodes.agent.adapters.sse import UsageScanner
     from pool.translate.chat_via_messages_stream import ChatViaMessagesStream
     from pool.translate.messages_via_chat_stream import MessagesViaChatStream
     from pool.translate.responses_via_chat_stream import ResponsesViaChatStream
 
-    chat, anthropic = chat_stream(events), anthropic_stream(events)
+    chat, anthropic = chat_stream(), anthropic_stream(EVENTS)
     repeat = 50
     return {
         "chat -> anthropic events (us/event)": per_event_us(
@@ -228,7 +209,7 @@ async def _app_rounds(rounds: int, count: int, translated: bool) -> float:
     from pool.http.app import OpenAIApp
     from tests.harness.inprocess import Call, FakeNode, Runtime
 
-    stream = chat_stream(EVENTS)
+    stream = chat_stream()
 
     async def answer(node: Any, run: Any) -> None:
         for event in stream:
@@ -295,7 +276,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=300)
-    parser.add_argument("--events", type=int, default=200)
     parser.add_argument("--baseline", type=Path, help="another checkout for the before figure")
     parser.add_argument("--app-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--translated", action="store_true", help=argparse.SUPPRESS)
@@ -305,7 +285,7 @@ def main() -> None:
         print(asyncio.run(_app_rounds(args.rounds, args.requests, args.translated)))
         return
     figures: dict[str, float] = {}
-    figures.update(translators(args.rounds, args.events))
+    figures.update(translators(args.rounds))
     figures.update(requests(args.rounds))
     after, before, translated = [], [], []
     for _ in range(args.rounds):  # alternate so both trees see the same machine

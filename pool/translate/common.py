@@ -5,6 +5,7 @@ Pure and I/O-free (docs/http-api.md, "Translation"): text in, text out.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import msgspec
@@ -41,6 +42,19 @@ def invalid(param: str, why: str) -> Exception:
 
 def upstream(why: str) -> Exception:
     return TranslationError(why, None, "upstream_error")
+
+
+def named_tools(tools: Any, types: tuple[str | None, ...], what: str) -> Iterator[dict[str, Any]]:
+    """Each entry of a request's ``tools``, checked: one of ``types`` and a string ``name``."""
+    if not isinstance(tools, list):
+        raise invalid("tools", "must be an array")
+    for i, tool in enumerate(tools):
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or kind not in types:
+            raise unsupported(f"tools[{i}].type", f"{what} '{kind}' is not translatable")
+        if not isinstance(tool.get("name"), str):
+            raise invalid(f"tools[{i}].name", "is required")
+        yield tool
 
 
 def dumps(obj: Any) -> str:

@@ -13,6 +13,7 @@ from pool.translate.common import (
     dumps,
     invalid,
     loads,
+    named_tools,
     unsupported,
     upstream,
 )
@@ -156,15 +157,8 @@ def _assistant_turn(content: list[Any], where: str) -> dict[str, Any]:
 
 
 def _tools(tools: Any) -> list[dict[str, Any]]:
-    if not isinstance(tools, list):
-        raise invalid("tools", "must be an array")
     out = []
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, dict) or tool.get("type") not in (None, "custom"):
-            kind = tool.get("type") if isinstance(tool, dict) else None
-            raise unsupported(f"tools[{i}].type", f"server tool '{kind}' is not translatable")
-        if not isinstance(tool.get("name"), str):
-            raise invalid(f"tools[{i}].name", "is required")
+    for tool in named_tools(tools, (None, "custom"), "server tool"):
         function: dict[str, Any] = {
             "name": tool["name"],
             "parameters": tool.get("input_schema") or {"type": "object"},

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pool.translate.common import dumps, invalid, loads, unsupported, upstream
+from pool.translate.common import dumps, invalid, loads, named_tools, unsupported, upstream
 from pool.translate.messages_via_chat import check_image
 
 _SAME = ("temperature", "top_p", "parallel_tool_calls", "user", "stream")
@@ -109,15 +109,8 @@ def _messages(items: Any, images: str) -> list[dict[str, Any]]:
 
 
 def _tools(tools: Any) -> list[dict[str, Any]]:
-    if not isinstance(tools, list):
-        raise invalid("tools", "must be an array")
     out = []
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, dict) or tool.get("type") != "function":
-            kind = tool.get("type") if isinstance(tool, dict) else None
-            raise unsupported(f"tools[{i}].type", f"built-in tool '{kind}' is not translatable")
-        if not isinstance(tool.get("name"), str):
-            raise invalid(f"tools[{i}].name", "is required")
+    for tool in named_tools(tools, ("function",), "built-in tool"):
         fn = {
             k: tool[k]
             for k in ("name", "description", "parameters", "strict")
