@@ -288,11 +288,13 @@ def main() -> None:
     figures.update(translators(args.rounds))
     figures.update(requests(args.rounds))
     after, before, translated = [], [], []
-    for _ in range(args.rounds):  # alternate so both trees see the same machine
-        after.append(app_figure(1, args.requests, False, ROOT))
-        translated.append(app_figure(1, args.requests, True, ROOT))
+    for turn in range(args.rounds):  # alternate, and swap the order every other round
+        pair = [(after, ROOT)]
         if args.baseline:
-            before.append(app_figure(1, args.requests, False, args.baseline))
+            pair.append((before, args.baseline))
+        for into, tree in pair if turn % 2 == 0 else pair[::-1]:
+            into.append(app_figure(1, args.requests, False, tree))
+        translated.append(app_figure(1, args.requests, True, ROOT))
     figures[f"edge in process, chat stream {EVENTS} events, untranslated (us/request)"] = (
         statistics.median(after)
     )
