@@ -207,7 +207,7 @@ def _document() -> dict[str, Any]:
 async def _app_rounds(rounds: int, count: int, translated: bool) -> float:
     sys.path.insert(0, str(Path.cwd()))
     from pool.http.app import OpenAIApp
-    from tests.harness.inprocess import Call, FakeNode, Runtime
+    from tests.support.inprocess import Call, FakeNode, Runtime
 
     stream = chat_stream()
 

@@ -322,7 +322,7 @@ def test_r_xlate_3_unknown_or_credential_extensions_are_refused_at_load():
         "p": {"base": "openai", "extensions": {"retries": 3}},
         "q": {"base": "anthropic", "extensions": {"headers": {"x-api-key": "k", "x-ok": 1}}},
     }
-    assert _issues(_with_profiles(profiles)) == [
+    assert load_issues(_with_profiles(profiles)) == [
         "protocol_profiles.p.extensions.retries: unknown extension (known: headers)",
         "protocol_profiles.q.extensions.headers.x-api-key: carries a credential; "
         "use a provider credential",

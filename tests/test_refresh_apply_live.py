@@ -308,7 +308,7 @@ async def test_r_xlate_1_translate_is_live(edge):
     """R-XLATE-1: ``models[].translate`` applies live: the same Anthropic request to a CLI
     group is refused before the apply and answered by translation right after it."""
     from pool.http.app import OpenAIApp
-    from tests.harness.inprocess import Call
+    from tests.support.inprocess import Call
 
     transport = await ready_node(edge)
     app = OpenAIApp(edge)
