@@ -1,11 +1,25 @@
-"""Reading a Chat Completions stream: the walk over ``chat.completion.chunk`` events that
-every translation from Chat shares; the subclass says what each part becomes."""
+"""Reading a Chat Completions answer: the whole body's first choice, and the walk over a
+stream's ``chat.completion.chunk`` events that every translation from Chat shares (the
+subclass says what each part becomes)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pool.translate.common import SseTranslator, error_text, json_event, upstream
+from pool.translate.common import SseTranslator, error_text, json_event, loads, upstream
+
+
+def chat_answer(body: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A whole Chat Completions answer: (the body, its first choice, that choice's message)."""
+    try:
+        data = loads(body)
+        choice = data["choices"][0]
+        message = choice["message"]
+    except (ValueError, LookupError, TypeError):
+        raise upstream("the provider's answer is not a Chat Completions response") from None
+    if not isinstance(message, dict):
+        raise upstream("the provider's answer is not a Chat Completions response")
+    return data, choice, message
 
 
 class ChatChunkTranslator(SseTranslator):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from pool.translate.chat_chunks import chat_answer
 from pool.translate.common import (
     dumps,
     invalid,
@@ -259,12 +260,7 @@ def message_id(chat_id: Any) -> str:
 
 def messages_response(body: str) -> str:
     """A Chat Completions answer as an Anthropic ``message``."""
-    try:
-        data = loads(body)
-        choice = data["choices"][0]
-        message = choice["message"]
-    except (ValueError, LookupError, TypeError):
-        raise upstream("the provider's answer is not a Chat Completions response") from None
+    data, choice, message = chat_answer(body)
     content: list[dict[str, Any]] = []
     if isinstance(message.get("content"), str) and message["content"]:
         content.append({"type": "text", "text": message["content"]})
@@ -287,7 +283,7 @@ def messages_response(body: str) -> str:
             "role": "assistant",
             "model": str(data.get("model", "")),
             "content": content,
-            "stop_reason": STOP_REASONS.get(reason, "end_turn"),
+            "stop_reason": STOP_REASONS.get(str(reason), "end_turn"),
             "stop_sequence": None,
             "usage": usage_of(data.get("usage")),
         }

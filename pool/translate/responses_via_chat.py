@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pool.translate.common import dumps, invalid, loads, named_tools, unsupported, upstream
+from pool.translate.chat_chunks import chat_answer
+from pool.translate.common import dumps, invalid, named_tools, unsupported
 from pool.translate.messages_via_chat import check_image
 
 _SAME = ("temperature", "top_p", "parallel_tool_calls", "user", "stream")
@@ -261,12 +262,7 @@ def response_id(chat_id: Any) -> str:
 
 def responses_response(body: str, echo: dict[str, Any]) -> str:
     """A Chat Completions answer as a Response."""
-    try:
-        data = loads(body)
-        choice = data["choices"][0]
-        message = choice["message"]
-    except (ValueError, LookupError, TypeError):
-        raise upstream("the provider's answer is not a Chat Completions response") from None
+    data, choice, message = chat_answer(body)
     rid = response_id(data.get("id"))
     output: list[dict[str, Any]] = []
     if isinstance(message.get("content"), str) and message["content"]:
