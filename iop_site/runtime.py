@@ -59,8 +59,9 @@ class EdgeRuntime:
         if self._apply_lock is None:
             self._apply_lock = asyncio.Lock()
         async with self._apply_lock:
-            self._snapshot = snapshot
+            # All or nothing: if the policy or the pool refuses it, the old snapshot stays.
             self.pool.apply(policy_from_snapshot(snapshot))
+            self._snapshot = snapshot
             pushed = await self.hub.push_refresh()
         return ApplyOutcome(pushed_nodes=tuple(pushed))
 

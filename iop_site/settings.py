@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 from iop_site.env import (
@@ -33,6 +34,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "channels",
+    "axes",
     "iop_site",
     "catalog",
     "pool",
@@ -48,6 +50,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it turns a lockout into a 429 answer.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "iop_site.urls"
@@ -74,9 +78,30 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-    DATABASES["default"]["OPTIONS"] = {"timeout": 20}
+    # WAL: readers never wait for the writer. IMMEDIATE: a transaction takes the write lock
+    # when it begins, so two writers queue (up to the timeout) instead of one failing with
+    # "database is locked" when it upgrades a read (docs/refresh.md, "The database").
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+    }
 
 # No CHANNEL_LAYERS: the Node consumer uses no channel layer (docs/architecture.md).
+
+# Admin login throttling (django-axes, docs/admin.md): after
+# IOP_ADMIN_LOGIN_FAILURE_LIMIT failed logins from one client address, that address is
+# refused (429) for IOP_ADMIN_LOGIN_COOLOFF_S; a successful login resets its count.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out client before any check
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("IOP_ADMIN_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(seconds=env_float("IOP_ADMIN_LOGIN_COOLOFF_S", 900.0, minimum=1.0))
+AXES_LOCKOUT_PARAMETERS = ["ip_address"]  # the socket peer address (REMOTE_ADDR) only
+AXES_RESET_ON_SUCCESS = True
+AXES_DISABLE_ACCESS_LOG = True  # no row per successful login: the table would only grow
+AXES_HTTP_RESPONSE_CODE = 429
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -98,7 +123,13 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
-SPECTACULAR_SETTINGS = {"TITLE": "IOP Edge API", "VERSION": "0.1.0", "SERVE_INCLUDE_SCHEMA": False}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "IOP Edge API",
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # The schema maps the whole API surface: staff only, like the API itself.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAdminUser"],
+}
 
 # Where the Edge reads its config when no revision is active yet (runedge --config overrides).
 IOP_CONFIG_FILE = os.environ.get("IOP_CONFIG_FILE", str(BASE_DIR / "configs" / "edge.yaml"))
@@ -119,5 +150,9 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.channels.server": {"level": "WARNING"}, "daphne": {"level": "WARNING"}},
+    "loggers": {
+        "django.channels.server": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+        "axes.apps": {"level": "WARNING"},  # its version banner at every start
+    },
 }

@@ -43,6 +43,13 @@ class NodeConsumer(AsyncConsumer):
                 await self.dispatch(await receive())
         except StopConsumer:
             pass
+        finally:
+            # However the connection ends (a disconnect, an exception in a handler, the task
+            # cancelled), the hub learns at once that this generation is gone: its providers
+            # go offline and its runs end as node_gone, without waiting for the heartbeat.
+            if self.session is not None:
+                session, self.session = self.session, None
+                await self.hub.disconnect(session)
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         kind = message["type"]
@@ -53,9 +60,7 @@ class NodeConsumer(AsyncConsumer):
         elif kind == "websocket.connect":
             await self._connect()
         elif kind == "websocket.disconnect":
-            if self.session is not None:
-                await self.hub.disconnect(self.session)
-            raise StopConsumer
+            raise StopConsumer  # the hub is told in __call__
 
     async def _connect(self) -> None:
         node_id = _header(self.scope, wire.NODE_ID_HEADER.encode())

@@ -257,8 +257,12 @@ class NodeHub:
         payload = compile_payload(self._snapshot(), session.node_id)
         if payload.revision == session.revision:
             return False
+        try:
+            await session.transport.send(wire.encode(wire.ConfigRefresh(payload=payload)))
+        except Exception as exc:  # a closing connection: the Node gets the payload at ready
+            log.warning("node %s: config refresh not sent (%s)", session.node_id, exc)
+            return False
         session.revision = payload.revision
-        await session.transport.send(wire.encode(wire.ConfigRefresh(payload=payload)))
         return True
 
     # --- liveness ----------------------------------------------------------------------------

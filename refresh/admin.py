@@ -23,9 +23,7 @@ from django.views.decorators.http import require_POST
 
 from refresh import services
 from refresh.models import ConfigRevision
-
-CHANGE = "refresh.change_configrevision"
-ADD = "refresh.add_configrevision"
+from refresh.permissions import may
 
 
 def report_html(report: dict[str, Any]) -> SafeString:
@@ -109,7 +107,7 @@ class ConfigRevisionAdmin(admin.ModelAdmin):
     def from_catalog_view(self, request: HttpRequest) -> HttpResponse:
         if request.method != "POST":
             return HttpResponseRedirect(reverse("admin:refresh_configrevision_changelist"))
-        if not request.user.has_perm(ADD):
+        if not may(request.user, "add"):
             raise PermissionDenied
         outcome = services.create_from_catalog(request.user)
         if outcome.revision is None:
@@ -119,7 +117,7 @@ class ConfigRevisionAdmin(admin.ModelAdmin):
         return HttpResponseRedirect(reverse("admin:refresh_dry_run", args=[outcome.revision.pk]))
 
     def dry_run_view(self, request: HttpRequest, pk: int) -> HttpResponse:
-        if not self.has_view_permission(request):
+        if not may(request.user, "view"):
             raise PermissionDenied
         revision = get_object_or_404(ConfigRevision, pk=pk)
         outcome = services.dry_run(revision.document, services.running_edge(), revision=revision)
@@ -130,13 +128,13 @@ class ConfigRevisionAdmin(admin.ModelAdmin):
             "revision": revision,
             "report": outcome.body,
             "report_html": report_html(outcome.body),
-            "can_change": request.user.has_perm(CHANGE),
+            "can_change": may(request.user, "change"),
         }
         return TemplateResponse(request, "refresh/dry_run.html", context)
 
     @staticmethod
     def _revision(request: HttpRequest, pk: int) -> ConfigRevision:
-        if not request.user.has_perm(CHANGE):
+        if not may(request.user, "change"):
             raise PermissionDenied
         return get_object_or_404(ConfigRevision, pk=pk)
 
@@ -161,7 +159,8 @@ class ConfigRevisionAdmin(admin.ModelAdmin):
     def _tell(self, request: HttpRequest, outcome: services.Outcome, done: str) -> None:
         body = outcome.body
         if outcome.status != services.OK:
-            self._errors(request, outcome, f"Refused ({body['outcome']})")
+            verb = "Failed" if body["outcome"] == "failed" else "Refused"
+            self._errors(request, outcome, f"{verb} ({body['outcome']})")
             return
         pushed = ", ".join(body["pushed_nodes"]) or "no node"
         self.message_user(

@@ -1,4 +1,6 @@
-"""REST API for config revisions (staff only): list, create, retrieve, diff, dry-run, apply, stage.
+"""REST API for config revisions: list, create, retrieve, diff, dry-run, apply, stage.
+
+Staff with the same model permissions as the admin (``refresh.permissions``).
 
 Each action parses its input, calls one function of ``refresh.services`` and renders the
 report with the status the service chose (400 invalid, 409 refused, 503 no running Edge).
@@ -6,6 +8,7 @@ report with the status the service chose (400 invalid, 409 refused, 503 no runni
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.shortcuts import get_object_or_404
@@ -17,7 +20,8 @@ from rest_framework.response import Response
 
 from refresh import services
 from refresh.models import ConfigRevision
-from refresh.report import diff_report
+from refresh.permissions import RevisionPermission
+from refresh.report import diff_report, error_report
 from refresh.serializers import (
     ReportSerializer,
     RevisionCreateSerializer,
@@ -36,10 +40,22 @@ def render(outcome: services.Outcome) -> Response:
     return Response(outcome.body, status=outcome.status)
 
 
+def invalid(mode: str, errors: Mapping[str, Any]) -> Response:
+    """A malformed request as a 400 report (the shape the schema documents), each error by
+    the field it is about (``<root>`` for the request as a whole)."""
+    issues = [
+        ("<root>" if field == "non_field_errors" else field, str(message))
+        for field, messages in errors.items()
+        for message in (messages if isinstance(messages, list) else [messages])
+    ]
+    return Response(error_report(mode, "invalid", issues).as_dict(), status=400)
+
+
 class RevisionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Config revisions; the newest first."""
 
     queryset = ConfigRevision.objects.select_related("parent")
+    permission_classes = [RevisionPermission]
 
     def get_serializer_class(self) -> type:
         return RevisionSerializer if self.action == "list" else RevisionDetailSerializer
@@ -51,7 +67,8 @@ class RevisionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     )
     def create(self, request: Request) -> Response:
         form = RevisionCreateSerializer(data=request.data)
-        form.is_valid(raise_exception=True)
+        if not form.is_valid():
+            return invalid(services.CREATE, form.errors)
         if form.validated_data["from_catalog"]:
             outcome = services.create_from_catalog(request.user)
         else:
@@ -86,7 +103,7 @@ class RevisionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
                 "against", str, description='"parent" (default), "active", or a revision id'
             )
         ],
-        responses={200: ReportSerializer},
+        responses={200: ReportSerializer, 400: REFUSALS[400]},
         summary="The changed paths between this revision and another one, classified",
     )
     @action(detail=True, methods=["get"])
@@ -100,10 +117,7 @@ class RevisionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         elif against.isdigit():
             base = get_object_or_404(ConfigRevision, pk=int(against))
         else:
-            return Response(
-                {"against": ['"parent", "active" or a revision id']},
-                status=status.HTTP_400_BAD_REQUEST,
-            )
+            return invalid(services.DIFF, {"against": ['"parent", "active" or a revision id']})
         report = diff_report(
             base.document if base else None,
             revision.document,
@@ -129,6 +143,11 @@ class RevisionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         responses={
             200: ReportSerializer,
             **REFUSALS,
+            500: OpenApiResponse(
+                ReportSerializer,
+                description="committed, but the running Edge could not install it: it keeps "
+                "the previous revision, and this one is marked failed",
+            ),
             503: OpenApiResponse(ReportSerializer, description="no running Edge here"),
         },
         summary="Apply live, or refuse whole when any path is restart-required",

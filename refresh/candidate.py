@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 DRY_RUN, APPLY, STAGE, CREATE, DIFF = "dry_run", "apply", "stage", "create", "diff"
 # The HTTP status each outcome maps to at the edges (REST API, admin messages, /refresh).
 OK, INVALID, RESTART_REQUIRED, STALE, NO_RUNTIME = 200, 400, 409, 409, 503
+SWAP_FAILED = 500  # committed, but the running Edge could not install it (docs/refresh.md)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ class ConfigRevision(models.Model):
         APPLIED = "applied", "applied"
         REFUSED = "refused", "refused"
         STAGED = "staged", "staged for restart"
+        FAILED = "failed", "failed to install"
 
     class Source(models.TextChoices):
         CATALOG = "catalog", "catalog"
@@ -89,6 +90,18 @@ class ConfigRevision(models.Model):
         self.is_active = True
         self.applied_at = timezone.now()
         self.applied_by = by
+
+    def mark_failed(self, previous: ConfigRevision | None) -> None:
+        """The running Edge could not install this revision: ``previous`` (the revision it
+        keeps running) is active again. Both rows are saved, this one first (one active)."""
+        self.state = self.State.FAILED
+        self.is_active = False
+        self.applied_at = None
+        self.applied_by = ""
+        self.save(update_fields=["state", "is_active", "applied_at", "applied_by"])
+        if previous is not None:
+            previous.is_active = True
+            previous.save(update_fields=["is_active"])
 
     def __str__(self) -> str:
         active = ", active" if self.is_active else ""

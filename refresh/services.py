@@ -3,13 +3,16 @@
 The admin, the REST API and ``POST /refresh`` all call these functions (synchronous; the async
 endpoint wraps them in ``sync_to_async``). Dry-run writes nothing. Apply is refused whole when
 any path is restart-required (R-REF-2) or when the candidate's parent is no longer active;
-otherwise the running Edge swaps its snapshot (R-REF-3) and the revision becomes the active one.
+otherwise the revision becomes the active one in a committed transaction, then the running Edge
+swaps its snapshot (R-REF-3). A swap that fails leaves the Edge on the old snapshot, and the
+rows are put back: the old revision active again, the new one marked failed (docs/refresh.md).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -27,6 +30,7 @@ from refresh.candidate import (
     RESTART_REQUIRED,
     STAGE,
     STALE,
+    SWAP_FAILED,
     Candidate,
     Outcome,
     no_runtime,
@@ -106,18 +110,19 @@ def create_revision(
         mode=CREATE,
         outcome="draft",
     )
-    revision = ConfigRevision.objects.create(
-        document=candidate.snapshot.document,
-        digest=candidate.snapshot.digest,
-        parent=active,
-        source=source,
-        author=author if getattr(author, "pk", None) else None,
-        author_label=author_label or _label(author),
-    )
-    report = report.but(
-        revision=revision.pk, parent=revision.parent_id, active=active.pk if active else None
-    )
-    _save(revision, report)
+    with transaction.atomic():  # the row and its report together: never a draft without one
+        revision = ConfigRevision.objects.create(
+            document=candidate.snapshot.document,
+            digest=candidate.snapshot.digest,
+            parent=active,
+            source=source,
+            author=author if getattr(author, "pk", None) else None,
+            author_label=author_label or _label(author),
+        )
+        report = report.but(
+            revision=revision.pk, parent=revision.parent_id, active=active.pk if active else None
+        )
+        _save(revision, report)
     return Outcome(report, OK, revision)
 
 
@@ -135,7 +140,10 @@ def apply_revision(runtime: RunningEdge | None, revision: ConfigRevision, *, act
     if runtime is None:
         return no_runtime(revision)
     with _APPLY_LOCK:
-        return _apply_locked(runtime, revision, _label(actor))
+        with transaction.atomic():
+            active = ConfigRevision.objects.select_for_update().filter(is_active=True).first()
+            committed = _commit(runtime, revision, active, _label(actor))
+        return _swap(runtime, committed, _label(actor))
 
 
 def apply_document(
@@ -158,18 +166,20 @@ def apply_document(
     if runtime is None:
         return no_runtime()
     with _APPLY_LOCK:
-        active = active_revision()
-        active_id = active.pk if active else None
-        if parent is not None and parent != active_id:
-            return Outcome(stale(APPLY, "the candidate", parent, active_id), STALE)
-        revision = ConfigRevision.objects.create(
-            document=candidate.snapshot.document,
-            digest=candidate.snapshot.digest,
-            parent=active,
-            source=source,
-            author_label=author_label,
-        )
-        return _apply_locked(runtime, revision, author_label, candidate.snapshot)
+        with transaction.atomic():  # the row is recorded with its outcome, never alone
+            active = ConfigRevision.objects.select_for_update().filter(is_active=True).first()
+            active_id = active.pk if active else None
+            if parent is not None and parent != active_id:
+                return Outcome(stale(APPLY, "the candidate", parent, active_id), STALE)
+            revision = ConfigRevision.objects.create(
+                document=candidate.snapshot.document,
+                digest=candidate.snapshot.digest,
+                parent=active,
+                source=source,
+                author_label=author_label,
+            )
+            committed = _commit(runtime, revision, active, author_label, candidate.snapshot)
+        return _swap(runtime, committed, author_label)
 
 
 def stage_revision(revision: ConfigRevision, *, actor: Any) -> Outcome:
@@ -195,45 +205,67 @@ def stage_revision(revision: ConfigRevision, *, actor: Any) -> Outcome:
 # --- internals ---------------------------------------------------------------------------------
 
 
-def _apply_locked(
+@dataclass(frozen=True, slots=True)
+class _Committed:
+    """An apply whose rows are committed: the revision is active, the swap is still to do."""
+
+    revision: ConfigRevision
+    previous: ConfigRevision | None
+    snapshot: EdgeSnapshot
+    report: Report
+
+
+def _commit(
     runtime: RunningEdge,
     revision: ConfigRevision,
+    active: ConfigRevision | None,
     actor: str,
     snapshot: EdgeSnapshot | None = None,
-) -> Outcome:
-    with transaction.atomic():
-        active = ConfigRevision.objects.select_for_update().filter(is_active=True).first()
-        refusal = _check(revision, active, APPLY)
-        if refusal is not None:
-            return refusal
-        if snapshot is None:
-            candidate = Candidate(revision.document, APPLY)
-            if candidate.snapshot is None:
-                assert candidate.refusal is not None
-                return _refuse(revision, candidate.refusal, INVALID)
-            snapshot = candidate.snapshot
-        report = diff_report(
-            runtime.snapshot.document, snapshot.document, mode=APPLY, outcome="applied"
+) -> _Committed | Outcome:
+    """Inside the caller's transaction: refuse (recorded) or make ``revision`` the active one
+    and the catalog its document. The running Edge is not touched here."""
+    refusal = _check(revision, active, APPLY)
+    if refusal is not None:
+        return refusal
+    if snapshot is None:
+        candidate = Candidate(revision.document, APPLY)
+        if candidate.snapshot is None:
+            assert candidate.refusal is not None
+            return _refuse(revision, candidate.refusal, INVALID)
+        snapshot = candidate.snapshot
+    report = diff_report(
+        runtime.snapshot.document, snapshot.document, mode=APPLY, outcome="applied"
+    )
+    report = with_ids(report, revision, active)
+    if report.restart_required_paths:
+        refused = report.but(outcome="refused_restart_required")
+        log.warning(
+            "revision %s from %s refused: %d restart-required path(s)",
+            revision.pk,
+            actor,
+            len(refused.restart_required_paths),
         )
-        report = with_ids(report, revision, active)
-        if report.restart_required_paths:
-            refused = report.but(outcome="refused_restart_required")
-            log.warning(
-                "revision %s from %s refused: %d restart-required path(s)",
-                revision.pk,
-                actor,
-                len(refused.restart_required_paths),
-            )
-            return _refuse(revision, refused, RESTART_REQUIRED)
-        # Rows first, swap last: if the swap fails, the transaction rolls the rows back.
-        revision.mark_active(active, actor)
-        _save(revision, report, "is_active", "applied_at", "applied_by")
-        # The catalog shows what runs: an applied document replaces it (docs/refresh.md).
-        _sync_catalog(snapshot)
+        return _refuse(revision, refused, RESTART_REQUIRED)
+    revision.mark_active(active, actor)
+    _save(revision, report, "is_active", "applied_at", "applied_by")
+    # The catalog shows what runs: an applied document replaces it (docs/refresh.md).
+    _sync_catalog(snapshot.document)
+    return _Committed(revision, active, snapshot, report)
+
+
+def _swap(runtime: RunningEdge, committed: _Committed | Outcome, actor: str) -> Outcome:
+    """Commit first, swap second: the rows say what runs once the swap succeeds; when it fails
+    the Edge keeps the old snapshot and the rows are put back (the revision marked failed)."""
+    if isinstance(committed, Outcome):
+        return committed
+    revision = committed.revision
+    try:
         # The swap runs on the Edge's event loop (pool re-evaluation, Node pushes).
-        outcome = async_to_sync(runtime.apply)(snapshot)
-        report = report.but(applied=True, pushed_nodes=tuple(outcome.pushed_nodes))
-        _save(revision, report)
+        outcome = async_to_sync(runtime.apply)(committed.snapshot)
+    except Exception as exc:
+        return _swap_failed(runtime, committed, actor, exc)
+    report = committed.report.but(applied=True, pushed_nodes=tuple(outcome.pushed_nodes))
+    _save(revision, report)
     log.info(
         "revision %s applied by %s: %d live path(s), pushed to %s",
         revision.pk,
@@ -244,11 +276,31 @@ def _apply_locked(
     return Outcome(report, OK, revision)
 
 
-def _sync_catalog(snapshot: EdgeSnapshot) -> None:
+def _swap_failed(
+    runtime: RunningEdge, committed: _Committed, actor: str, exc: Exception
+) -> Outcome:
+    revision, previous = committed.revision, committed.previous
+    keeps = f"revision {previous.pk}" if previous is not None else "its previous configuration"
+    message = f"the running Edge could not install revision {revision.pk}; it keeps running {keeps}"
+    log.error("%s (apply by %s failed: %s)", message, actor, type(exc).__name__)
+    report = committed.report.but(
+        outcome="failed",
+        applied=False,
+        errors=({"path": "<root>", "message": message},),
+        active=previous.pk if previous is not None else None,
+    )
+    with transaction.atomic():
+        revision.mark_failed(previous)
+        _save(revision, report)
+        _sync_catalog(runtime.snapshot.document)  # the catalog shows what still runs
+    return Outcome(report, SWAP_FAILED, revision)
+
+
+def _sync_catalog(document: dict[str, Any]) -> None:
     from catalog.documents import catalog_to_document, document_to_catalog
 
-    if catalog_to_document() != snapshot.document:
-        document_to_catalog(snapshot.document)
+    if catalog_to_document() != document:
+        document_to_catalog(document)
 
 
 def _check(revision: ConfigRevision, active: ConfigRevision | None, mode: str) -> Outcome | None:

@@ -1,9 +1,10 @@
 """`make run`: set up on first use, then start an Edge and a local Node on loopback.
 
-First run: migrate, import configs/edge.yaml into an empty catalog, create an admin
-login (password printed once), mint the local Node's token and a client token (their
-sha256 go into the catalog; the raw values are kept only under var/, mode 0600, so
-later runs can start the Node and print the client token). Later runs just start.
+First run: migrate, mint the local Node's token and the client tokens, import
+configs/edge.yaml with their sha256 in place of the example hashes into an empty catalog,
+create an admin login (password printed once). The raw tokens are kept only under var/,
+mode 0600, so later runs can start the Node and print the client token. Later runs just
+start.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 VAR = Path(os.environ.get("IOP_VAR_DIR", ROOT / "var"))
@@ -40,32 +43,55 @@ def write_private(path: Path, text: str) -> None:
         handle.write(text)
 
 
+# Who gets a freshly minted token: the local Node and the example's two principal tokens.
+NODE_ID = "node-local"
+PRINCIPALS = {"client": "app-notebook", "ci": "app-ci"}
+PRINCIPAL_REF = "team-research"
+
+
+def mint() -> dict[str, str]:
+    """A new token and its sha256 (``iop_token`` without a target stores nothing)."""
+    return dict(json.loads(manage("iop_token", "--json", capture=True)))
+
+
+def with_minted_hashes(tokens: dict[str, dict[str, str]]) -> Path:
+    """configs/edge.yaml with the minted hashes in place of its example ones (which do not
+    load outside tests, docs/configuration.md "Token hashes"), written under var/."""
+    document = yaml.safe_load((ROOT / "configs" / "edge.yaml").read_text())
+    for node in document["nodes"]:
+        if node["id"] == NODE_ID:
+            node["token_hash_sha256"] = tokens["node"]["sha256"]
+    for entry in document["openai"]["principal_tokens"]:
+        for name, ref in PRINCIPALS.items():
+            if entry["token_ref"] == ref:
+                entry["token_hash_sha256"] = tokens[name]["sha256"]
+    path = VAR / "edge.first-run.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
 def first_run_setup() -> dict[str, str]:
-    manage("iop_config", "import", "--if-empty", str(ROOT / "configs" / "edge.yaml"))
-    node = json.loads(manage("iop_token", "--json", "--node", "node-local", capture=True))
-    # Every principal token gets a freshly minted secret: the example hashes never stay.
-    client = json.loads(
-        manage(
-            "iop_token",
-            "--json",
-            "--principal",
-            "app-notebook",
-            "--principal-ref",
-            "team-research",
-            capture=True,
-        )
+    # Every token is freshly minted: the example hashes never load (R-CFG-12).
+    minted = {"node": mint(), **{name: mint() for name in PRINCIPALS}}
+    imported = manage(
+        "iop_config", "import", "--if-empty", str(with_minted_hashes(minted)), capture=True
     )
-    ci = json.loads(
-        manage(
-            "iop_token",
-            "--json",
-            "--principal",
-            "app-ci",
-            "--principal-ref",
-            "team-research",
-            capture=True,
-        )
-    )
+    print(imported, end="")
+    if imported.startswith("catalog not empty"):
+        # A catalog from an earlier run whose token file is gone: mint into it instead.
+        minted["node"] = json.loads(manage("iop_token", "--json", "--node", NODE_ID, capture=True))
+        for name, ref in PRINCIPALS.items():
+            minted[name] = json.loads(
+                manage(
+                    "iop_token",
+                    "--json",
+                    "--principal",
+                    ref,
+                    "--principal-ref",
+                    PRINCIPAL_REF,
+                    capture=True,
+                )
+            )
     password = secrets.token_urlsafe(12)
     created = subprocess.run(
         [
@@ -85,7 +111,7 @@ def first_run_setup() -> dict[str, str]:
     )
     if created.returncode == 0:
         print(f"Admin login: admin / {password}  (printed once; change it in the admin)")
-    tokens = {"node": node["token"], "client": client["token"], "ci": ci["token"]}
+    tokens = {name: value["token"] for name, value in minted.items()}
     write_private(TOKENS, json.dumps(tokens))
     return tokens
 

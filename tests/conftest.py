@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 pytest_plugins = ["tests.support.fixtures"]
+
+# The shipped example config and the test fixtures use published token hashes (sha256 of
+# "test", "foo", "node-token"...), which load only with this opt-in; child processes
+# (Edges, Nodes, commands) inherit it. docs/configuration.md, "Token hashes".
+os.environ["IOP_ALLOW_EXAMPLE_TOKEN_HASHES"] = "1"
 
 
 @pytest.fixture(autouse=True)

@@ -62,12 +62,13 @@ def test_prompt_is_the_single_message_or_a_transcript_ending_with_the_last_user_
     assert transcript == "System: Be terse.\n\nUser: first\n\nAssistant: ok\n\nUser: second"
 
 
-async def test_non_zero_exit_is_upstream_error_with_code_and_stderr_tail():
+async def test_non_zero_exit_is_a_generic_upstream_error_with_code_and_stderr_in_the_detail():
     adapter = CliAdapter(cli_provider("fail", "3"))
     with pytest.raises(AdapterError) as err:
         await adapter.run(spec(chat_body(), stream=False), lambda _t: None)
     assert err.value.code == "upstream_error"
-    assert err.value.message == "command exited with code 3: fake tool: something went wrong"
+    assert err.value.message == "the CLI program failed"
+    assert err.value.detail == "command exited with code 3: fake tool: something went wrong"
 
 
 async def test_run_timeout_kills_the_command():
@@ -119,5 +120,5 @@ async def test_missing_command_is_upstream_error():
     )
     with pytest.raises(AdapterError) as err:
         await CliAdapter(provider).run(spec(chat_body(), stream=False), lambda _t: None)
-    assert err.value.code == "upstream_error"
-    assert "cannot start /nonexistent/tool-binary" in err.value.message
+    assert (err.value.code, err.value.message) == ("upstream_error", "the CLI program failed")
+    assert "cannot start /nonexistent/tool-binary" in err.value.detail

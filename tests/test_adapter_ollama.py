@@ -133,7 +133,8 @@ async def test_ollama_error_status_is_upstream_error(fake_ollama, upstream_clien
     with pytest.raises(AdapterError) as err:
         await collect(adapter, spec(chat_body(model="nope", stream=True), stream=True))
     assert (err.value.code, err.value.status) == ("upstream_error", 404)
-    assert "not found" in err.value.message
+    assert err.value.message == "upstream returned HTTP 404"
+    assert "not found" in err.value.detail
 
 
 async def test_first_byte_timeout(fake_ollama, upstream_client):

@@ -177,7 +177,7 @@ async def test_large_sse_line_is_relayed_intact(fake_openai, upstream_client):
     assert sink.text == fake_openai.requests[0].response.decode()
 
 
-async def test_non_2xx_is_upstream_error_with_status_and_upstream_message(
+async def test_non_2xx_is_upstream_error_with_status_and_the_upstream_message_in_the_detail(
     fake_openai, upstream_client
 ):
     fake_openai.faults.status = 503
@@ -188,16 +188,18 @@ async def test_non_2xx_is_upstream_error_with_status_and_upstream_message(
     assert err.value.code == "upstream_error"
     assert err.value.status == 503
     assert err.value.retryable is True
-    assert err.value.message == "upstream returned HTTP 503: overloaded, try later"
+    assert err.value.message == "upstream returned HTTP 503"
+    where = fake_openai.url.split("//", 1)[1].split("/", 1)[0]
+    assert err.value.detail == f"{where} upstream returned HTTP 503: overloaded, try later"
 
 
-async def test_upstream_error_message_is_truncated_to_300_chars(fake_openai, upstream_client):
+async def test_upstream_error_detail_is_truncated_to_300_chars(fake_openai, upstream_client):
     fake_openai.faults.status = 400
     fake_openai.faults.error_message = "y" * 1000
     adapter = OpenAICompatAdapter(openai_provider(fake_openai.url), upstream_client)
     with pytest.raises(AdapterError) as err:
         await adapter.run(spec("chat_completions", chat_body()), Sink())
-    assert err.value.message.count("y") == 300
+    assert err.value.detail.count("y") == 300
     assert (err.value.status, err.value.retryable) == (400, False)
 
 
@@ -263,7 +265,8 @@ async def test_connection_refused_is_a_retryable_upstream_error(upstream_client)
     with pytest.raises(AdapterError) as err:
         await adapter.run(spec("chat_completions", chat_body()), Sink())
     assert (err.value.code, err.value.retryable) == ("upstream_error", True)
-    assert err.value.message == f"cannot connect to 127.0.0.1:{port}"
+    assert err.value.message == "cannot connect to the upstream"
+    assert err.value.detail == f"upstream 127.0.0.1:{port}: ClientConnectorError"
 
 
 async def test_bearer_credential_from_env_goes_in_authorization_and_never_in_logs(
@@ -282,7 +285,7 @@ async def test_bearer_credential_from_env_goes_in_authorization_and_never_in_log
     with pytest.raises(AdapterError) as err:
         await adapter.run(spec("chat_completions", chat_body()), Sink())
     assert fake_openai.requests[0].headers["authorization"] == f"Bearer {SECRET}"
-    assert SECRET not in err.value.message  # an echoed key is redacted
+    assert SECRET not in err.value.message and SECRET not in err.value.detail  # redacted
     assert SECRET not in caplog.text
 
 

@@ -8,70 +8,21 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.support import ROOT, Stack
+from tests.support import Stack
+from tests.support.browser import NEEDS_CHROMIUM, admin_login, browser_page
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 PASSWORD = "browser-test-password"
 ROW = 'tr[data-provider="p-slow"]'
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not CHROMIUM.exists(),
-        reason="needs Debian's chromium at /usr/bin/chromium: run scripts/install-browser.sh",
-    ),
-]
-
-
-def _create_staff(stack: Stack) -> None:
-    """A superuser in the running Edge's own database."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "PYTEST_"))}
-    env.update(
-        {
-            "DATABASE_URL": f"sqlite:///{stack.dir / 'edge.sqlite3'}",
-            "IOP_VAR_DIR": str(stack.dir / "var"),
-            "DJANGO_SUPERUSER_PASSWORD": PASSWORD,
-        }
-    )
-    subprocess.run(
-        [
-            sys.executable,
-            "manage.py",
-            "createsuperuser",
-            "--noinput",
-            "--username",
-            "staff",
-            "--email",
-            "staff@localhost",
-        ],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
+pytestmark = NEEDS_CHROMIUM
 
 
 @pytest.fixture(scope="module")
@@ -84,22 +35,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         models=[{"id": "slow-model", "providers": {"p-slow": "served-slow"}}],
         log_level="WARNING",
     ) as running:
-        _create_staff(running)
+        running.create_superuser("staff", PASSWORD)
         yield running
 
 
 @pytest.fixture
 def page(stack: Stack) -> Iterator[Page]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            tab = browser.new_page()
-            tab.set_default_timeout(15_000)
-            yield tab
-        finally:
-            browser.close()
+    with browser_page() as tab:
+        yield tab
 
 
 def _slow_request(stack: Stack) -> http.client.HTTPConnection:
@@ -120,9 +63,7 @@ def test_status_page_shows_in_flight_change_live_while_a_slow_request_runs(
 ) -> None:
     page.goto(stack.openai_url + "/admin/pool-status/")
     assert "/admin/login/" in page.url  # staff only: the login comes first
-    page.fill("#id_username", "staff")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
+    admin_login(page, "staff", PASSWORD)
     page.wait_for_url("**/admin/pool-status/")
 
     row = page.locator(ROW)

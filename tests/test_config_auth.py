@@ -111,6 +111,28 @@ def test_provider_auth_fields_are_validated_r_auth_2():
 
 
 @pytest.mark.parametrize(
+    "header", ["Authorization", "x-api-key", "X-API-KEY", "Cookie", "X-IOP-Node-Id"]
+)
+@pytest.mark.parametrize("enabled", [True, False])
+def test_rauth2_provider_auth_may_not_read_a_header_the_edge_authenticates_with(header, enabled):
+    """R-AUTH-2: forwarding the caller's own Edge credential upstream is refused at load,
+    in any letter case, whether forwarding is on or off."""
+    document = example_document()
+    document["openai"]["provider_auth"] = {"enabled": enabled, "from_header": header}
+    issues = load_issues(document)
+    assert len(issues) == 1
+    assert issues[0].startswith(f"openai.provider_auth.from_header: must not be {header}:")
+    assert "X-IOP-Provider-Authorization" in issues[0]
+
+
+def test_rauth2_provider_auth_from_a_header_of_its_own_loads():
+    """R-AUTH-2: any other header name is fine."""
+    document = example_document()
+    document["openai"]["provider_auth"] = {"enabled": True, "from_header": "X-Upstream-Key"}
+    assert load_snapshot(document).provider_auth.from_header == "X-Upstream-Key"
+
+
+@pytest.mark.parametrize(
     ("where", "path"),
     [
         (("openai", "bearer_token"), "openai.bearer_token"),

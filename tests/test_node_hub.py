@@ -271,6 +271,33 @@ async def test_disconnect_ends_that_generations_runs_with_node_gone(runtime):
     assert not online(runtime, "cli-a")
 
 
+async def test_a_consumer_that_fails_tells_the_hub_at_once_not_after_the_heartbeat(
+    runtime, monkeypatch
+):
+    """R-NODE-1, R-POOL-9: an exception in the consumer still ends its generation: the
+    providers go offline and the run ends as node_gone long before the heartbeat timeout."""
+    comm = communicator(runtime)
+    await make_ready(comm)
+    await settle(comm)
+    lease, channel = await run_on(runtime)
+    await receive(comm)
+    assert online(runtime, "cli-a") and "node-a" in runtime.hub.sessions
+
+    async def broken(session, frame):
+        raise RuntimeError("handler bug")
+
+    monkeypatch.setattr(runtime.hub, "receive", broken)
+    await comm.send_to(bytes_data=wire.encode(wire.Ping(ts=2.0)))
+    with pytest.raises(RuntimeError, match="handler bug"):
+        await comm.wait(timeout=5)  # the consumer ended with the exception
+    assert "node-a" not in runtime.hub.sessions
+    assert not online(runtime, "cli-a")
+    end = channel.get_nowait()
+    assert isinstance(end, wire.RunEnd) and end.error.code == "node_gone"
+    runtime.pool.release(lease)
+    assert runtime.pool.idle()
+
+
 async def test_newest_connection_wins_and_the_old_generation_is_closed(runtime):
     old = communicator(runtime)
     first = await make_ready(old)

@@ -341,6 +341,20 @@ def test_create_from_catalog_records_a_draft_with_the_active_parent(edge, operat
     assert revision.report["changed"] is False  # the catalog was seeded from what runs
 
 
+def test_a_draft_whose_report_cannot_be_stored_leaves_no_row(edge, monkeypatch):
+    """No orphan draft: the row and its report are written in one transaction."""
+    count = ConfigRevision.objects.count()
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise IntegrityError("report write failed")
+
+    monkeypatch.setattr(services, "_save", broken)
+    document = edited(edge, lambda d: provider(d, "vllm-local").update(capacity=5))
+    with pytest.raises(IntegrityError):
+        services.create_revision(document, source="document", author_label="t")
+    assert ConfigRevision.objects.count() == count
+
+
 def test_documents_are_stored_in_canonical_form(edge):
     raw = copy.deepcopy(edge.snapshot.document)
     del provider(raw, "vllm-local")["first_byte_timeout_ms"]  # a default the loader fills in
@@ -370,16 +384,3 @@ def test_runedge_with_an_invalid_config_fails_naming_each_path(edge, tmp_path):
         "openai.long_context_threshold_tokens",
     ]
     assert services.active_revision().digest == edge.snapshot.digest
-
-
-def test_a_failed_swap_leaves_the_active_revision_as_it_was(edge, monkeypatch):
-    active = services.active_revision()
-
-    async def broken(snapshot: Any) -> None:
-        raise RuntimeError("swap failed")
-
-    monkeypatch.setattr(edge, "apply", broken)
-    with pytest.raises(RuntimeError, match="swap failed"):
-        apply(edge, edited(edge, lambda d: provider(d, "vllm-local").update(capacity=5)))
-    assert services.active_revision() == active
-    assert ConfigRevision.objects.filter(is_active=True).count() == 1

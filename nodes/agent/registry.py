@@ -57,8 +57,16 @@ class Registry:
         if adapter is not None:
             return adapter
         if provider_id in self.errors:
-            raise AdapterError("upstream_error", self.errors[provider_id])
-        raise AdapterError("unknown_provider", f"provider {provider_id} is not on this node")
+            raise AdapterError(
+                "upstream_error",
+                "the provider is unusable on this node",
+                detail=f"provider {provider_id}: {self.errors[provider_id]}",
+            )
+        raise AdapterError(
+            "unknown_provider",
+            "the provider is not on this node",
+            detail=f"provider {provider_id} is not on this node",
+        )
 
     def begin_run(self) -> None:
         """Count one more active run (call end_run exactly once for it)."""

@@ -74,6 +74,7 @@ class Router:
                 raise AdapterError("unknown_provider", "the node has no configuration yet")
             adapter = registry.get(message.provider_id)
         except AdapterError as exc:
+            _log_failure(run_id, exc)
             await self._end(run_id, exc.to_wire())
             return
         forward = message.forward_headers if isinstance(message, wire.TunnelRequest) else {}
@@ -103,6 +104,7 @@ class Router:
             await out.drain()
             end = wire.RunEnd(run_id=run.run_id, ok=True, usage=usage)
         except AdapterError as exc:
+            _log_failure(run.run_id, exc)
             await out.drain()
             end = wire.RunEnd(run_id=run.run_id, ok=False, error=exc.to_wire())
         except asyncio.CancelledError:
@@ -176,3 +178,10 @@ class Router:
             await self._send(message)
         except Exception as exc:  # the client loop notices the closed connection itself
             log.debug("could not send %s (%s)", type(message).__name__, type(exc).__name__)
+
+
+def _log_failure(run_id: str, exc: AdapterError) -> None:
+    """The one place a run's failure detail is written: this Node's log, with the run id
+    (the Edge and the caller get only the generic message, docs/http-api.md)."""
+    status = f" (HTTP {exc.status})" if exc.status else ""
+    log.warning("run %s failed: %s%s: %s", run_id, exc.code, status, exc.log_text)

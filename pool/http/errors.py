@@ -7,12 +7,15 @@ else ever reaches a client (no HTML page, no stack trace).
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from edgekit.http import error_body
 from nodes import wire
 from pool.engine.errors import PoolError
+
+log = logging.getLogger("iop.http")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +103,21 @@ def from_pool_error(exc: PoolError) -> HttpError:
     return HttpError(code, str(exc) or None)
 
 
-def from_run_error(error: wire.RunError | None) -> HttpError:
-    """Map a Node run failure to the table: timeouts 504, everything else 502."""
+def from_run_error(error: wire.RunError | None, run: str = "?") -> HttpError:
+    """Map a Node run failure to the table: timeouts 504, everything else 502.
+
+    The message is the Node's generic one (``upstream returned HTTP 400``, ``the CLI program
+    failed``); the detail stayed in the Node's log line for the run. The failure is logged
+    here too, with the run id ``run`` (docs/http-api.md, "Upstream error messages")."""
     if error is None:
         return HttpError("upstream_error")
+    log.warning(
+        "run %s failed: %s%s: %s",
+        run,
+        error.code,
+        f" (HTTP {error.status})" if error.status else "",
+        error.message[:300],
+    )
     return HttpError(_RUN_CODES.get(error.code, "upstream_error"), error.message or None)
 
 

@@ -118,7 +118,7 @@ async def relay_whole(channel: RunSource, ex: Exchange, silence_s: float = 600.0
             continue
         ex.usage = item.usage
         if not item.ok:
-            raise from_run_error(item.error)
+            raise from_run_error(item.error, _run_label(channel))
         body = "".join(parts).encode()
         ex.output_bytes = len(body)
         await ex.respond(200, body)
@@ -160,7 +160,7 @@ async def relay_stream(
             await ex.open_stream()
             await ex.chunk(body, False)
             return
-        err = from_run_error(end.error)
+        err = from_run_error(end.error, _run_label(channel))
         if not ex.started and not body:
             raise err
         await ex.open_stream()
@@ -243,3 +243,8 @@ class DisconnectWatch:
     def stop(self) -> None:
         self._armed = False
         self._watcher.cancel()
+
+
+def _run_label(channel: RunChannel) -> str:
+    """How a run is named in the Edge's log: its id and the Node it ran on."""
+    return f"{channel.run_id} on node {channel.node_id}"

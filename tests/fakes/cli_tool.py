@@ -1,7 +1,7 @@
 """A fake CLI model for the cli adapter: ``python cli_tool.py MODE [ARG]``.
 
 echo          write stdin back, in two flushed pieces
-fail CODE     read stdin, write a message to stderr, exit with CODE
+fail CODE [MESSAGE]  read stdin, write MESSAGE (or a fixed one) to stderr, exit with CODE
 sleep SECS    sleep, then echo
 hang PIDFILE  start a child, write "PID CHILD_PID" to PIDFILE, print "started", never end
 env NAME      print the value of environment variable NAME (or <unset>)
@@ -37,7 +37,8 @@ def main(argv: list[str]) -> int:
         return 0
     text = sys.stdin.read()
     if mode == "fail":
-        sys.stderr.write("fake tool: something went wrong\n")
+        message = argv[3] if len(argv) > 3 else "fake tool: something went wrong"
+        sys.stderr.write(message + "\n")
         return int(argv[2])
     if mode == "sleep":
         time.sleep(float(argv[2]))

@@ -24,7 +24,8 @@ Modules
     ``metrics()`` / ``metrics_text()`` (the control listener's ``/metrics``),
     ``wait_until(done, timeout, what)`` (polls ``/pool``), ``await until(done, what, within)``
     (the same, off the event loop), ``wait_online()``, ``wait_idle()`` (every counter 0),
-    ``kill_node(index)``, ``restart_node(index)``, ``reset_upstreams()``, ``logs()``,
+    ``kill_node(index)``, ``restart_node(index)``, ``reset_upstreams()``, ``clean_slate()``,
+    ``create_superuser(username, password)`` (in the Edge's own database), ``logs()``,
     ``stop()``. ``provider_row(snapshot, provider_id)``: a provider's row of a snapshot.
 ``processes``
     ``ROOT``, ``free_port()``, ``sha256_hex(text)``, ``child_env()``, ``Proc``, the migrated
@@ -55,6 +56,13 @@ Modules
     ``translation_stack(directory)``: an Edge with a Chat, a GLM, an Ollama, an Anthropic
     and a CLI provider and model groups with and without ``translate`` (R-XLATE-1);
     ``metric(stack, name, **labels)``: a summed sample of ``/metrics``.
+``edge``
+    The ``edge`` fixture (import ``attached_edge``): an in-process EdgeRuntime started from
+    configs/edge.yaml and attached as the running Edge the admin and REST API reach;
+    ``capacity_edit(edge, capacity)``: the running document with a live edit.
+``browser``
+    ``browser_page()``: headless Debian Chromium via Playwright; ``admin_login(page, user,
+    password)``; ``NEEDS_CHROMIUM`` (marks that skip where it is missing).
 ``clock``
     ``Clock``: a hand-driven clock.
 ``metering``

@@ -9,6 +9,7 @@ import json
 import secrets
 import shutil
 import signal
+import subprocess
 import sys
 import time
 import urllib.request
@@ -20,7 +21,14 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from tests.support.processes import Proc, child_env, free_port, migrated_template, sha256_hex
+from tests.support.processes import (
+    ROOT,
+    Proc,
+    child_env,
+    free_port,
+    migrated_template,
+    sha256_hex,
+)
 from tests.support.upstream_loop import FakeUpstream
 
 START_TIMEOUT_S = 30.0
@@ -187,17 +195,41 @@ class Stack:
             doc["protocol_profiles"] = _substitute(self._profiles, urls)
         self.config_path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
-    def _start_edge(self) -> None:
-        db = self.dir / "edge.sqlite3"
-        shutil.copyfile(migrated_template(), db)
-        env = child_env(
+    def _edge_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        """The Edge's environment: its own database and var dir, plus the stack's ``env``."""
+        return child_env(
             {
-                "DATABASE_URL": f"sqlite:///{db}",
+                "DATABASE_URL": f"sqlite:///{self.dir / 'edge.sqlite3'}",
                 "IOP_VAR_DIR": str(self.dir / "var"),
                 "LOG_LEVEL": self._log_level,
                 **self._env,
+                **(extra or {}),
             }
         )
+
+    def create_superuser(self, username: str, password: str) -> None:
+        """A superuser in the running Edge's own database (``manage.py createsuperuser``)."""
+        subprocess.run(
+            [
+                sys.executable,
+                "manage.py",
+                "createsuperuser",
+                "--noinput",
+                "--username",
+                username,
+                "--email",
+                f"{username}@localhost",
+            ],
+            cwd=ROOT,
+            env=self._edge_env({"DJANGO_SUPERUSER_PASSWORD": password}),
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+
+    def _start_edge(self) -> None:
+        shutil.copyfile(migrated_template(), self.dir / "edge.sqlite3")
+        env = self._edge_env()
         self.edge = Proc(
             "edge",
             [sys.executable, "manage.py", "runedge", "--config", str(self.config_path)],

@@ -5,6 +5,7 @@ from catalog.config.rules.auth import (
     check_credential_plane,
     check_endpoint_userinfo,
     check_principal_tokens,
+    check_provider_auth_header,
 )
 from catalog.config.rules.catalog import (
     check_long_context_budget,
@@ -13,6 +14,7 @@ from catalog.config.rules.catalog import (
     check_unique_ids,
 )
 from catalog.config.rules.context import Context, Rule
+from catalog.config.rules.example_tokens import check_example_token_hashes
 from catalog.config.rules.listeners import check_listener_ports
 from catalog.config.rules.providers import (
     check_adapter_fields,
@@ -33,6 +35,8 @@ RULES: tuple[Rule, ...] = (
     check_long_context_budget,
     promote_legacy_queue,
     check_principal_tokens,
+    check_example_token_hashes,
+    check_provider_auth_header,
     check_endpoint_userinfo,
     check_control_plane,
     check_credential_plane,

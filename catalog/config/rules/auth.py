@@ -1,4 +1,5 @@
-"""Auth rules: principal tokens (R-CFG-12) and managed/legacy exclusivity with TLS (R-AUTH-3)."""
+"""Auth rules: principal tokens (R-CFG-12), the provider-credential header (R-AUTH-2) and
+managed/legacy exclusivity with TLS (R-AUTH-3)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,27 @@ from catalog.config.addresses import has_userinfo, is_absolute_url
 from catalog.config.errors import Issues, format_path
 from catalog.config.rules.context import Context
 from catalog.config.schema import CredentialPlaneDoc, EdgeDoc
+
+# Headers the Edge itself authenticates with: callers on /v1 (Authorization: Bearer, and
+# x-api-key on the Anthropic shape), the admin and REST API (session Cookie, Authorization:
+# Token) and Nodes (Authorization plus their id header). None may carry a provider credential.
+EDGE_AUTH_HEADERS = frozenset({"authorization", "x-api-key", "cookie", "x-iop-node-id"})
+
+
+def check_provider_auth_header(ctx: Context, issues: Issues) -> None:
+    """``openai.provider_auth.from_header`` must not be a header the Edge authenticates with:
+    the caller's own Edge credential would be forwarded upstream as a provider credential."""
+    openai = ctx.openai
+    if openai is None:
+        return
+    header = openai.provider_auth.from_header
+    if header.lower() in EDGE_AUTH_HEADERS:
+        issues.add(
+            ("openai", "provider_auth", "from_header"),
+            f"must not be {header}: the Edge authenticates callers with it "
+            f"({', '.join(sorted(EDGE_AUTH_HEADERS))} are refused); "
+            "use a header of its own such as X-IOP-Provider-Authorization",
+        )
 
 
 def check_principal_tokens(ctx: Context, issues: Issues) -> None:

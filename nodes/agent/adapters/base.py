@@ -26,16 +26,33 @@ class RunSpec:
 
 
 class AdapterError(Exception):
-    """A run failed; ``code`` is a stable wire code, ``message`` is safe to show (no secrets)."""
+    """A run failed; ``code`` is a stable wire code.
+
+    ``message`` is generic and goes to the Edge; ``detail`` (upstream host:port, the
+    upstream's own error text, a CLI program's stderr) goes only to this Node's log line
+    for the run (docs/http-api.md, "Upstream error messages").
+    """
 
     def __init__(
-        self, code: str, message: str, *, retryable: bool = False, status: int | None = None
+        self,
+        code: str,
+        message: str,
+        *,
+        detail: str = "",
+        retryable: bool = False,
+        status: int | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.detail = detail
         self.retryable = retryable
         self.status = status
+
+    @property
+    def log_text(self) -> str:
+        """What the Node's log says about this failure: the detail when there is one."""
+        return self.detail or self.message
 
     def to_wire(self) -> RunError:
         return RunError(

@@ -21,6 +21,7 @@ from nodes.agent.secrets import redact, resolve_secret
 from nodes.wire import ProviderPayload, Usage
 
 _CHAT_OPERATIONS = {"chat", "chat_completions"}
+CLI_FAILED = "the CLI program failed"  # what the Edge hears; the detail stays in the Node's log
 _BASE_ENV = {
     "PATH",
     "HOME",
@@ -120,7 +121,8 @@ class CliAdapter:
         if request.operation not in _CHAT_OPERATIONS:
             raise AdapterError(
                 "bad_request",
-                f"provider {self.provider.id} does not serve operation {request.operation}",
+                "the provider does not serve this operation",
+                detail=f"provider {self.provider.id} does not serve operation {request.operation}",
             )
         body = parse_json_body(request.body)
         prompt = render_prompt(body.get("messages"))
@@ -136,7 +138,9 @@ class CliAdapter:
             )
         except OSError as exc:
             raise AdapterError(
-                "upstream_error", f"cannot start {self._command[0]}: {exc.strerror}"
+                "upstream_error",
+                CLI_FAILED,
+                detail=f"cannot start {self._command[0]}: {exc.strerror}",
             ) from None
         timeout = self.provider.run_timeout_s
         try:
@@ -144,7 +148,7 @@ class CliAdapter:
                 return await self._exchange(proc, request, prompt, model, emit)
         except TimeoutError:
             raise AdapterError(
-                "upstream_timeout", f"command did not finish within {timeout:g}s"
+                "upstream_timeout", f"the CLI program did not finish within {timeout:g}s"
             ) from None
         finally:
             _kill(proc)
@@ -184,7 +188,9 @@ class CliAdapter:
         if code != 0:
             tail = redact(err.decode("utf-8", errors="replace").strip(), self._secrets)
             detail = f": {tail[-300:]}" if tail else ""
-            raise AdapterError("upstream_error", f"command exited with code {code}{detail}")
+            raise AdapterError(
+                "upstream_error", CLI_FAILED, detail=f"command exited with code {code}{detail}"
+            )
         text = "".join(output)
         usage = Usage(input_tokens=_estimate(prompt), output_tokens=_estimate(text), estimated=True)
         if request.stream:

@@ -91,7 +91,8 @@ def _where(url: str) -> str:
 
 
 def error_message(status: int, body: bytes, secrets: tuple[str, ...] = ()) -> str:
-    """A short message from an upstream error body: its error.message when it has one."""
+    """A short text from an upstream error body (its error.message when it has one), for the
+    Node's log only: the caller gets ``upstream returned HTTP <status>``."""
     detail = ""
     try:
         data: Any = msgspec.json.decode(body)
@@ -210,7 +211,9 @@ class Upstream:
             pass  # the status alone is enough to report
         raise AdapterError(
             "upstream_error",
-            error_message(resp.status, body[:MAX_ERROR_BODY], self._secrets),
+            f"upstream returned HTTP {resp.status}",
+            detail=f"{_where(self._url)} "
+            + error_message(resp.status, body[:MAX_ERROR_BODY], self._secrets),
             retryable=resp.status in _RETRYABLE_STATUS,
             status=resp.status,
         )
@@ -223,17 +226,26 @@ class Upstream:
         return AdapterError("upstream_timeout", message, retryable=not self.started, status=None)
 
     def _client_error(self, exc: aiohttp.ClientError) -> AdapterError:
-        where = _where(self._url)
+        detail = f"upstream {_where(self._url)}: {type(exc).__name__}"
         if isinstance(exc, aiohttp.ServerTimeoutError):
             return AdapterError(
-                "upstream_timeout", f"connecting to {where} timed out", retryable=True
+                "upstream_timeout",
+                "connecting to the upstream timed out",
+                detail=detail,
+                retryable=True,
             )
         if isinstance(exc, aiohttp.ClientConnectorError):
-            return AdapterError("upstream_error", f"cannot connect to {where}", retryable=True)
+            return AdapterError(
+                "upstream_error", "cannot connect to the upstream", detail=detail, retryable=True
+            )
         if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ServerDisconnectedError):
-            text = f"upstream {where} closed the connection mid-response"
+            text = "the upstream closed the connection mid-response"
         else:
-            text = f"upstream {where} failed: {type(exc).__name__}"
+            text = "the upstream request failed"
         return AdapterError(
-            "upstream_error", text, retryable=not self.started, status=self.status or None
+            "upstream_error",
+            text,
+            detail=detail,
+            retryable=not self.started,
+            status=self.status or None,
         )

@@ -143,7 +143,11 @@ def _decode_line(line: bytes) -> dict[str, Any] | None:
     if not isinstance(obj, dict):
         return None
     if obj.get("error"):
-        raise AdapterError("upstream_error", f"upstream error: {str(obj['error'])[:300]}")
+        raise AdapterError(
+            "upstream_error",
+            "the upstream reported an error",
+            detail=f"upstream error: {str(obj['error'])[:300]}",
+        )
     return obj
 
 
@@ -168,7 +172,9 @@ class OllamaAdapter:
                 if self.provider.operations.get(name):
                     return self.provider.operations[name]
         raise AdapterError(
-            "bad_request", f"provider {self.provider.id} does not serve operation {operation}"
+            "bad_request",
+            "the provider does not serve this operation",
+            detail=f"provider {self.provider.id} does not serve operation {operation}",
         )
 
     async def run(self, request: RunSpec, emit: Emit) -> Usage | None:

@@ -32,7 +32,8 @@ class OpenAICompatAdapter:
         if not url:
             raise AdapterError(
                 "bad_request",
-                f"provider {self.provider.id} does not serve operation {request.operation}",
+                "the provider does not serve this operation",
+                detail=f"provider {self.provider.id} does not serve operation {request.operation}",
             )
         method = "GET" if request.operation in _GET_OPERATIONS else "POST"
         body = None if method == "GET" else map_model(request.body, self.provider.model_mapping)
