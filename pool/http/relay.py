@@ -19,6 +19,12 @@ class RunSource(Protocol):
     """What the relay reads a run's output from: the Node's ``RunChannel`` or a translation
     of it (``pool.translate.channel``); filters on the client's protocol belong here too."""
 
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def node_id(self) -> str: ...
+
     def get_nowait(self) -> str | wire.RunEnd | None: ...
 
     async def get(self) -> str | wire.RunEnd: ...
@@ -245,6 +251,6 @@ class DisconnectWatch:
         self._watcher.cancel()
 
 
-def _run_label(channel: RunChannel) -> str:
+def _run_label(channel: RunSource) -> str:
     """How a run is named in the Edge's log: its id and the Node it ran on."""
     return f"{channel.run_id} on node {channel.node_id}"

@@ -37,6 +37,14 @@ class TranslatedChannel:
         self._size = 0
         self._ended = False
 
+    @property
+    def run_id(self) -> str:
+        return self._src.run_id
+
+    @property
+    def node_id(self) -> str:
+        return self._src.node_id
+
     def get_nowait(self) -> str | wire.RunEnd | None:
         while not self._out:
             item = self._src.get_nowait()
