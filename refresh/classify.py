@@ -17,18 +17,24 @@ LIVE, RESTART = "live", "restart_required"
 
 @dataclass(frozen=True, slots=True)
 class Parameter:
-    """A path pattern, what it means, its bounds, and whether everything below it matches too."""
+    """A path pattern, what it means, its bounds, and whether everything below it matches too.
+
+    ``kinds`` narrows a row to some change kinds (a removal that only shrinks access).
+    """
 
     pattern: str
     meaning: str
     bounds: str = ""
     subtree: bool = False
+    kinds: tuple[str, ...] = ()
     path: Path = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", parse_pattern(self.pattern))
 
-    def covers(self, path: Path) -> bool:
+    def covers(self, path: Path, kind: str | None = None) -> bool:
+        if self.kinds and kind not in self.kinds:
+            return False
         return matches(path, self.path, subtree=self.subtree)
 
 
@@ -58,6 +64,37 @@ LIVE_PARAMETERS: tuple[Parameter, ...] = (
     ),
     Parameter(
         "openai.long_context_threshold_tokens", "OpenAI long-context threshold (R-POOL-7)", "> 0"
+    ),
+    Parameter(
+        "openai.principal_tokens[*]",
+        "principal token revoked (only shrinks access)",
+        "removed only",
+        kinds=("removed",),
+    ),
+    Parameter(
+        "openai.principal_tokens[*].models",
+        "model groups a principal token may call (R-PRIN-1)",
+        "configured model group ids, omitted = all",
+    ),
+    Parameter(
+        "openai.principal_tokens[*].max_in_flight",
+        "principal token in-flight limit (R-PRIN-2)",
+        ">= 1, omitted = none",
+    ),
+    Parameter(
+        "openai.principal_tokens[*].rpm",
+        "principal token requests per window (R-PRIN-2)",
+        ">= 1, omitted = none",
+    ),
+    Parameter(
+        "openai.principal_tokens[*].tpm",
+        "principal token tokens per window (R-PRIN-2)",
+        ">= 1, omitted = none",
+    ),
+    Parameter(
+        "openai.principal_tokens[*].max_queued",
+        "principal token share of the queue (R-PRIN-3)",
+        "1..provider_pool.max_queue, omitted = none",
     ),
 )
 
@@ -107,10 +144,10 @@ class Classified:
         return self.klass == LIVE
 
 
-def classify_path(path: Path) -> tuple[str, str]:
-    """(class, reason) of one changed path."""
+def classify_path(path: Path, kind: str | None = None) -> tuple[str, str]:
+    """(class, reason) of one changed path (of change ``kind`` when known)."""
     for parameter in LIVE_PARAMETERS:
-        if parameter.covers(path):
+        if parameter.covers(path, kind):
             return LIVE, parameter.meaning
     for restart in RESTART_CLASSES:
         if restart.covers(path):
@@ -122,6 +159,6 @@ def classify(changes: list[Change]) -> list[Classified]:
     """Classify every change, keeping the diff's sorted order."""
     out = []
     for change in changes:
-        klass, reason = classify_path(change.path)
+        klass, reason = classify_path(change.path, change.kind)
         out.append(Classified(change, klass, reason))
     return out

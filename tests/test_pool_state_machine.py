@@ -2,7 +2,8 @@
 
 The reference model rescans every waiter after every change, which is slow but obviously
 right; the engine must give every request the same fate, in the same order (R-POOL-1..9,
-R-REF-3, R-NODE-1/3).
+R-REF-3, R-NODE-1/3). Requests carry an owner token with a live queue share (R-PRIN-3): the
+one FIFO is unchanged, an owner over its share is refused with ``queue_full``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ NODES = ("n1", "n2")
 PIDS = ("p1", "p2", "p3", "p4")
 GROUPS = {"m1": ("p1", "p2", "p3"), "m2": ("p3", "p4"), "m3": ("p2", "p4")}
 CAPS = ("chat", "tools")
+OWNERS = (None, "tok-a", "tok-b")
 
 Key = tuple[str, str]
 
@@ -42,6 +44,7 @@ class RefWaiter:
     needs: frozenset[str]
     long: bool
     at: float
+    owner: str | None = None
 
 
 @dataclass
@@ -96,7 +99,15 @@ class RefPool:
         self.last_pick[key] = self.picks
         return key
 
-    def admit(self, n: int, model: str, needs: frozenset[str], long: bool) -> object:
+    def admit(
+        self,
+        n: int,
+        model: str,
+        needs: frozenset[str],
+        long: bool,
+        owner: str | None = None,
+        share: int | None = None,
+    ) -> object:
         if self.waiters and self.policy.queue_timeout_ms:
             self.expire()
         if model not in self.policy.groups:
@@ -112,7 +123,10 @@ class RefPool:
             return self.take(chosen, long)
         if len(self.waiters) >= self.policy.max_queue:
             return QueueFull
-        self.waiters.append(RefWaiter(n, model, needs, long, self.now))
+        if owner is not None and share is not None:
+            if sum(w.owner == owner for w in self.waiters) >= share:
+                return QueueFull  # R-PRIN-3: the owner's share, the queue itself unchanged
+        self.waiters.append(RefWaiter(n, model, needs, long, self.now, owner))
         return None
 
     def release(self, key: Key, long: bool) -> None:
@@ -212,6 +226,7 @@ REQUESTS = st.tuples(
     st.sampled_from([*GROUPS, *GROUPS, "nope"]),
     st.sets(st.sampled_from(CAPS), max_size=1).map(frozenset),
     st.booleans(),
+    st.sampled_from(OWNERS),
 )
 
 INITIAL = PoolPolicy(
@@ -255,6 +270,7 @@ class PoolMachine(RuleBasedStateMachine):
         self.step_events: list[tuple[object, ...]] = []
         self.step_seqs: list[int] = []
         self.gens = dict.fromkeys(NODES, 1)
+        self.shares: dict[str, int | None] = {"tok-a": 1, "tok-b": None}  # live, per token
         for node in NODES:
             self.core.node_ready(node, 1)
             self.ref.node_ready(node, 1)
@@ -291,16 +307,17 @@ class PoolMachine(RuleBasedStateMachine):
     # --- rules -------------------------------------------------------------------------------
 
     @rule(requests=st.lists(REQUESTS, min_size=1, max_size=4))
-    def admit(self, requests: list[tuple[str, frozenset[str], bool]]) -> None:
-        for model, needs, long in requests:
-            self.admit_one(model, needs, long)
+    def admit(self, requests: list[tuple[str, frozenset[str], bool, str | None]]) -> None:
+        for model, needs, long, owner in requests:
+            self.admit_one(model, needs, long, owner)
 
-    def admit_one(self, model: str, needs: frozenset[str], long: bool) -> None:
+    def admit_one(self, model: str, needs: frozenset[str], long: bool, owner: str | None) -> None:
         self.n += 1
         n = self.n
-        expected = self.ref.admit(n, model, needs, long)
+        share = self.shares.get(owner) if owner is not None else None
+        expected = self.ref.admit(n, model, needs, long, owner, share)
         try:
-            outcome = self.core.admit(model, needs, long)
+            outcome = self.core.admit(model, needs, long, owner, share)
         except PoolError as err:
             self.compare()  # expiries triggered by the arrival come first
             assert type(err) is expected
@@ -400,7 +417,17 @@ class PoolMachine(RuleBasedStateMachine):
         self.ref.apply(policy)
         self.compare()
 
+    @rule(owner=st.sampled_from(OWNERS[1:]), share=st.sampled_from([None, 1, 2, 3]))
+    def change_share(self, owner: str, share: int | None) -> None:
+        """A token's ``max_queued`` changes live: waiters already queued stay (R-PRIN-3)."""
+        self.shares[owner] = share
+
     # --- invariants --------------------------------------------------------------------------
+
+    @invariant()
+    def queued_counts_match_model(self) -> None:
+        for owner in OWNERS[1:]:
+            assert self.core.queued_by(owner) == sum(w.owner == owner for w in self.ref.waiters)
 
     @invariant()
     def snapshot_matches_model(self) -> None:
@@ -445,6 +472,7 @@ class PoolMachine(RuleBasedStateMachine):
             _, lease = self.held.pop()
             assert self.core.release(lease)
         assert self.core.idle()
+        assert all(self.core.queued_by(owner) == 0 for owner in OWNERS[1:])
         assert sorted(self.fate) == list(range(1, self.n + 1))
         snap = self.core.snapshot()
         assert all(r.in_flight == r.long_in_flight == r.queued == 0 for r in snap.providers)

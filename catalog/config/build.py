@@ -152,7 +152,17 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
         for provider_id, served_model in model.providers.items():
             served.setdefault(provider_id, {})[model.id] = served_model
     tokens = tuple(
-        PrincipalTokenSpec(t.token_ref, t.token_hash_sha256, t.principal_ref, t.alias)
+        PrincipalTokenSpec(
+            t.token_ref,
+            t.token_hash_sha256,
+            t.principal_ref,
+            t.alias,
+            models=None if t.models is None else frozenset(t.models),
+            max_in_flight=t.max_in_flight,
+            rpm=t.rpm,
+            tpm=t.tpm,
+            max_queued=t.max_queued,
+        )
         for t in openai.principal_tokens
     )
     gate = openai.stream_evidence_gate

@@ -89,12 +89,20 @@ class ModelGroupSpec:
 
 @dataclass(frozen=True, slots=True)
 class PrincipalTokenSpec:
-    """A caller token known only by its sha256 (R-CFG-12)."""
+    """A caller token known only by its sha256 (R-CFG-12) and its policy (R-PRIN-1..3).
+
+    ``models`` None means every model group; a limit of None means unlimited.
+    """
 
     token_ref: str
     token_hash_sha256: str
     principal_ref: str
     alias: str | None = None
+    models: frozenset[str] | None = None
+    max_in_flight: int | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+    max_queued: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

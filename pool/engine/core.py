@@ -52,6 +52,7 @@ class PoolCore:
         self._cands: dict[ClassKey, tuple[ProviderState, ...]] = {}  # admitted keys only
         self._classes: dict[ClassKey, WaitClass] = {}  # non-empty wait classes
         self._queue: OrderedDict[int, Waiter] = OrderedDict()  # global enqueue order
+        self._queued_by: dict[str, int] = {}  # owner -> waiters queued (R-PRIN-3)
         self._seq = 0
         self._request_ids = 0
         self._picks = 0
@@ -61,8 +62,19 @@ class PoolCore:
 
     # --- admission and release -------------------------------------------------------------
 
-    def admit(self, model: str, needs: frozenset[str], long: bool) -> Lease | Waiter:
-        """Lease a provider now, or queue a waiter; raise a PoolError when neither is allowed."""
+    def admit(
+        self,
+        model: str,
+        needs: frozenset[str],
+        long: bool,
+        owner: str | None = None,
+        max_queued: int | None = None,
+    ) -> Lease | Waiter:
+        """Lease a provider now, or queue a waiter; raise a PoolError when neither is allowed.
+
+        ``owner`` may hold at most ``max_queued`` waiters in the one queue (R-PRIN-3); the
+        queue order itself does not depend on owners.
+        """
         now = self._clock()
         if self._queue and self._timeout:
             self.expire(now)  # an overdue waiter must not make the queue look full
@@ -79,6 +91,9 @@ class PoolCore:
             return self._take(chosen, self._request_ids, model, long)
         if len(self._queue) >= self._max_queue:
             raise QueueFull()  # R-POOL-4
+        if owner is not None and max_queued is not None:
+            if self._queued_by.get(owner, 0) >= max_queued:
+                raise QueueFull("this token already holds its share of the queue")  # R-PRIN-3
         cls = self._classes.get(key)
         if cls is None:
             cls = WaitClass(key, cands)
@@ -86,9 +101,11 @@ class PoolCore:
             for s in cands:
                 s.classes.add(cls)
         self._seq += 1
-        waiter = Waiter(self._seq, self._request_ids, model, long, now, cls)
+        waiter = Waiter(self._seq, self._request_ids, model, long, now, cls, owner)
         cls.waiters[waiter.seq] = waiter
         self._queue[waiter.seq] = waiter
+        if owner is not None:
+            self._queued_by[owner] = self._queued_by.get(owner, 0) + 1
         return waiter
 
     def release(self, lease: Lease) -> bool:
@@ -212,6 +229,10 @@ class PoolCore:
         """Waiters currently queued."""
         return len(self._queue)
 
+    def queued_by(self, owner: str) -> int:
+        """Waiters ``owner`` holds in the queue now (R-PRIN-3)."""
+        return self._queued_by.get(owner, 0)
+
     # --- internals -------------------------------------------------------------------------
 
     def _take(self, state: ProviderState, request_id: int, model: str, long: bool) -> Lease:
@@ -238,7 +259,7 @@ class PoolCore:
             if chosen is None:
                 continue
             seq, waiter = cls.waiters.popitem(last=False)
-            del self._queue[seq]
+            self._dequeue(waiter)
             if not self._sink.abandoned(waiter):
                 self._sink.granted(
                     waiter, self._take(chosen, waiter.request_id, waiter.model, waiter.long)
@@ -267,7 +288,7 @@ class PoolCore:
                 del self._classes[cls.key]
         stranded.sort(key=lambda w: w.seq)
         for waiter in stranded:
-            del self._queue[waiter.seq]
+            self._dequeue(waiter)
             self._fail(waiter, Unavailable())  # R-POOL-6: at once, not at the timeout
 
     def _resolve(self, key: ClassKey, *, strict: bool) -> tuple[ProviderState, ...]:
@@ -316,8 +337,19 @@ class PoolCore:
         self._max_queue = policy.max_queue
         self._timeout = policy.queue_timeout_ms / 1000.0
 
-    def _unqueue(self, waiter: Waiter) -> None:
+    def _dequeue(self, waiter: Waiter) -> None:
+        """Out of the global queue; the owner's queued count follows (R-PRIN-3)."""
         del self._queue[waiter.seq]
+        owner = waiter.owner
+        if owner is not None:
+            left = self._queued_by[owner] - 1
+            if left:
+                self._queued_by[owner] = left
+            else:
+                del self._queued_by[owner]
+
+    def _unqueue(self, waiter: Waiter) -> None:
+        self._dequeue(waiter)
         cls = waiter.cls
         del cls.waiters[waiter.seq]
         if not cls.waiters:

@@ -43,10 +43,19 @@ class ProviderPool:
         self._timer_at: float | None = None
 
     async def acquire(
-        self, model: str, needs: frozenset[str] = frozenset(), *, long: bool = False
+        self,
+        model: str,
+        needs: frozenset[str] = frozenset(),
+        *,
+        long: bool = False,
+        owner: str | None = None,
+        max_queued: int | None = None,
     ) -> Lease:
-        """Lease a provider of ``model`` able to serve ``needs``, waiting in the root queue."""
-        outcome = self._core.admit(model, needs, long)
+        """Lease a provider of ``model`` able to serve ``needs``, waiting in the root queue.
+
+        ``owner`` holds at most ``max_queued`` waiters at once (R-PRIN-3).
+        """
+        outcome = self._core.admit(model, needs, long, owner, max_queued)
         if isinstance(outcome, Lease):
             return outcome
         loop = asyncio.get_running_loop()
@@ -99,6 +108,10 @@ class ProviderPool:
     def idle(self) -> bool:
         """No lease and no waiter."""
         return self._core.idle()
+
+    def queued_by(self, owner: str) -> int:
+        """Waiters ``owner`` holds in the queue now (R-PRIN-3)."""
+        return self._core.queued_by(owner)
 
     def _arm(self) -> None:
         """Keep exactly one timer, set for the oldest waiter's deadline."""

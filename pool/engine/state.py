@@ -48,10 +48,17 @@ class ProviderState:
 class Waiter:
     """One queued request; ``handle`` is owned by the sink (the async wrapper keeps a future)."""
 
-    __slots__ = ("cls", "enqueued_at", "handle", "long", "model", "request_id", "seq")
+    __slots__ = ("cls", "enqueued_at", "handle", "long", "model", "owner", "request_id", "seq")
 
     def __init__(
-        self, seq: int, request_id: int, model: str, long: bool, at: float, cls: WaitClass
+        self,
+        seq: int,
+        request_id: int,
+        model: str,
+        long: bool,
+        at: float,
+        cls: WaitClass,
+        owner: str | None = None,
     ) -> None:
         self.seq = seq  # global enqueue order (R-POOL-5)
         self.request_id = request_id
@@ -59,6 +66,7 @@ class Waiter:
         self.long = long
         self.enqueued_at = at
         self.cls = cls
+        self.owner = owner  # the caller's token ref, counted against its queue share (R-PRIN-3)
         self.handle: object = None
 
 

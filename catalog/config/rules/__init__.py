@@ -4,6 +4,7 @@ from catalog.config.rules.auth import (
     check_control_plane,
     check_credential_plane,
     check_endpoint_userinfo,
+    check_principal_policy,
     check_principal_tokens,
     check_provider_auth_header,
 )
@@ -37,6 +38,7 @@ RULES: tuple[Rule, ...] = (
     check_principal_tokens,
     check_example_token_hashes,
     check_provider_auth_header,
+    check_principal_policy,
     check_endpoint_userinfo,
     check_control_plane,
     check_credential_plane,

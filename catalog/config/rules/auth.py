@@ -1,5 +1,5 @@
-"""Auth rules: principal tokens (R-CFG-12), the provider-credential header (R-AUTH-2) and
-managed/legacy exclusivity with TLS (R-AUTH-3)."""
+"""Auth rules: principal tokens and their policy (R-CFG-12, R-PRIN-1..3), the
+provider-credential header (R-AUTH-2) and managed/legacy exclusivity with TLS (R-AUTH-3)."""
 
 from __future__ import annotations
 
@@ -54,6 +54,32 @@ def check_principal_tokens(ctx: Context, issues: Issues) -> None:
                 )
             else:
                 first[value] = index
+
+
+def check_principal_policy(ctx: Context, issues: Issues) -> None:
+    """A token's ``models`` name configured groups (R-PRIN-1); ``max_queued`` fits the queue.
+
+    Runs after the queue policy is resolved, so ``max_queued`` is checked against the
+    effective ``provider_pool.max_queue`` (R-PRIN-3).
+    """
+    openai = ctx.openai
+    if openai is None:
+        return
+    known = {model.raw_id for model in ctx.parsed.models}
+    for index, token in enumerate(openai.principal_tokens):
+        path = ("openai", "principal_tokens", index)
+        seen: set[str] = set()
+        for position, model_id in enumerate(token.models or ()):
+            if model_id not in known:
+                issues.add((*path, "models", position), f"unknown model group {model_id!r}")
+            elif model_id in seen:
+                issues.add((*path, "models", position), f"duplicate model group {model_id!r}")
+            seen.add(model_id)
+        if token.max_queued is not None and token.max_queued > ctx.max_queue:
+            issues.add(
+                (*path, "max_queued"),
+                f"must not exceed provider_pool.max_queue ({ctx.max_queue})",
+            )
 
 
 def check_endpoint_userinfo(ctx: Context, issues: Issues) -> None:

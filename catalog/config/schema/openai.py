@@ -12,6 +12,7 @@ from catalog.config.schema.base import (
     Identifier,
     Label,
     Listen,
+    ModelId,
     Secret,
     Sha256Hex,
     matching,
@@ -25,13 +26,21 @@ InboundHeader = Annotated[HeaderName, matching(r"[^_]+", "must not contain '_'")
 AuthScheme = Annotated[str, matching(r"[!#$%&'*+.^_`|~0-9A-Za-z-]*", "must be a single token")]
 
 
+Limit = Annotated[int, Field(ge=1, le=2**31 - 1)]  # omitted = unlimited; 0 is refused
+
+
 class PrincipalTokenDoc(Doc):
-    """One caller token known by its sha256 only (R-CFG-12)."""
+    """One caller token known by its sha256 only (R-CFG-12), with its policy (R-PRIN-1..3)."""
 
     token_ref: Identifier
     token_hash_sha256: Sha256Hex
     principal_ref: Label
     alias: Label | None = None
+    models: Annotated[list[ModelId], Field(min_length=1, max_length=1000)] | None = None
+    max_in_flight: Limit | None = None
+    rpm: Limit | None = None
+    tpm: Limit | None = None
+    max_queued: Limit | None = None
 
 
 class ProviderAuthDoc(Doc):
