@@ -50,6 +50,7 @@ def build_application(runtime: EdgeRuntime | None) -> ASGIApp:
     if runtime is None:
         return django_application  # type: ignore[no-any-return]
 
+    from django.conf import settings
     from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
     from iop_site.control import ControlApp
@@ -58,7 +59,7 @@ def build_application(runtime: EdgeRuntime | None) -> ASGIApp:
 
     snapshot = runtime.snapshot
     node_ws = NodeConsumer.as_asgi(hub=runtime.hub)
-    openai_app = OpenAIApp(runtime)
+    openai_app = OpenAIApp(runtime, rate_window_s=settings.IOP_RATE_LIMIT_WINDOW_S)
     control_app = ControlApp(runtime)
     site = ASGIStaticFilesHandler(django_application)  # the admin's CSS and JS, from the apps
     roles = {

@@ -141,6 +141,9 @@ IOP_NODE_HEARTBEAT_TIMEOUT_S = env_float("IOP_NODE_HEARTBEAT_TIMEOUT_S", 45.0, m
 # Days of hourly usage rows the meter keeps; 0 keeps them all (docs/metering.md).
 IOP_USAGE_RETENTION_DAYS = env_int("IOP_USAGE_RETENTION_DAYS", 90)
 
+# Principal tokens' rpm / tpm count per window of this many seconds (R-PRIN-2; docs/http-api.md).
+IOP_RATE_LIMIT_WINDOW_S = env_float("IOP_RATE_LIMIT_WINDOW_S", 60.0, minimum=0.05)
+
 # On SIGTERM/SIGINT the Edge stops taking requests and waits this long for running ones.
 IOP_SHUTDOWN_GRACE_S = env_float("IOP_SHUTDOWN_GRACE_S", 20.0)
 

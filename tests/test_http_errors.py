@@ -55,9 +55,11 @@ def test_anthropic_shape_has_type_error_and_error_type(code: str) -> None:
     assert body == {"type": "error", "error": expected}
 
 
-def test_only_queue_full_carries_retry_after() -> None:
+def test_only_the_429_rows_carry_retry_after() -> None:
     assert HttpError("queue_full").headers() == [(b"retry-after", b"1")]
-    assert all(HttpError(code).headers() == [] for code in ERRORS if code != "queue_full")
+    assert HttpError("rate_limited").headers() == [(b"retry-after", b"1")]
+    limited = ("queue_full", "rate_limited")
+    assert all(HttpError(code).headers() == [] for code in ERRORS if code not in limited)
 
 
 def test_every_pool_error_maps_to_its_own_row() -> None:

@@ -123,9 +123,9 @@ class RefPool:
             return self.take(chosen, long)
         if len(self.waiters) >= self.policy.max_queue:
             return QueueFull
-        if owner is not None and share is not None:
-            if sum(w.owner == owner for w in self.waiters) >= share:
-                return QueueFull  # R-PRIN-3: the owner's share, the queue itself unchanged
+        queued = sum(w.owner == owner for w in self.waiters)
+        if owner is not None and share is not None and queued >= share:
+            return QueueFull  # R-PRIN-3: the owner's share, the queue itself unchanged
         self.waiters.append(RefWaiter(n, model, needs, long, self.now, owner))
         return None
 

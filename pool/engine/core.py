@@ -91,9 +91,12 @@ class PoolCore:
             return self._take(chosen, self._request_ids, model, long)
         if len(self._queue) >= self._max_queue:
             raise QueueFull()  # R-POOL-4
-        if owner is not None and max_queued is not None:
-            if self._queued_by.get(owner, 0) >= max_queued:
-                raise QueueFull("this token already holds its share of the queue")  # R-PRIN-3
+        if (
+            owner is not None
+            and max_queued is not None
+            and self._queued_by.get(owner, 0) >= max_queued
+        ):
+            raise QueueFull("this token already holds its share of the queue")  # R-PRIN-3
         cls = self._classes.get(key)
         if cls is None:
             cls = WaitClass(key, cands)
@@ -258,7 +261,7 @@ class PoolCore:
             chosen = select(cls.candidates, cls.long)
             if chosen is None:
                 continue
-            seq, waiter = cls.waiters.popitem(last=False)
+            _, waiter = cls.waiters.popitem(last=False)
             self._dequeue(waiter)
             if not self._sink.abandoned(waiter):
                 self._sink.granted(

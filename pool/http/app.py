@@ -14,9 +14,11 @@ import time
 from typing import Any
 
 from catalog.config import EdgeSnapshot
+from pool.http.auth import Caller
 from pool.http.body import ClientGone, read_body
 from pool.http.dispatch import dispatch
 from pool.http.errors import HttpError
+from pool.http.limits import RateLimited, Ticket, TokenLimiter
 from pool.http.metrics import metrics_response, scrape_allowed
 from pool.http.operations import ENDPOINTS, Endpoint, ParsedRequest, Target, parse_request
 from pool.http.plane import DataPlane
@@ -34,10 +36,11 @@ MODELS_PREFIX = "/v1/models/"
 class OpenAIApp:
     """Serves /v1/* (and /metrics with a scrape token) through the provider pool."""
 
-    def __init__(self, runtime: DataPlane) -> None:
+    def __init__(self, runtime: DataPlane, *, rate_window_s: float = 60.0) -> None:
         self.runtime = runtime
         self._snapshot: EdgeSnapshot | None = None
         self._tables: Tables | None = None
+        self.limiter = TokenLimiter(rate_window_s)  # R-PRIN-2: per-token counters, this Edge
 
     def tables(self) -> Tables:
         """The lookup tables of the active snapshot, rebuilt when it is swapped."""
@@ -45,6 +48,7 @@ class OpenAIApp:
         if snapshot is not self._snapshot or self._tables is None:
             self._tables = Tables(snapshot, self.runtime.started_at)
             self._snapshot = snapshot
+            self.limiter.retain(t.token_ref for t in snapshot.principal_tokens)
         return self._tables
 
     def target(self, model: str, provider_id: str) -> Target | None:
@@ -75,9 +79,9 @@ class OpenAIApp:
             caller = tables.auth.authenticate(headers, anthropic)
             meta.principal_ref, meta.token_ref = caller.principal_ref, caller.token_ref
             if endpoint is None:
-                await self._models(scope["method"], path, tables, ex)
+                await self._models(scope["method"], path, tables, ex, caller)
             else:
-                await self._post(scope, receive, headers, endpoint, tables, ex, meta)
+                await self._post(scope, receive, headers, endpoint, tables, ex, meta, caller)
         except HttpError as err:
             await ex.fail(err)
         except ClientGone:
@@ -86,7 +90,7 @@ class OpenAIApp:
             log.exception("request to %s failed inside the Edge", path[:200])
             await ex.fail(HttpError("internal_error"))
         finally:
-            self._record(meta, ex, time.perf_counter() - started)
+            self._end(meta, ex, time.perf_counter() - started)
 
     async def _post(
         self,
@@ -97,6 +101,7 @@ class OpenAIApp:
         tables: Tables,
         ex: Exchange,
         meta: _Meta,
+        caller: Caller,
     ) -> None:
         if scope["method"] != "POST":
             raise HttpError("method_not_allowed", f"{scope['path']} accepts POST only")
@@ -106,10 +111,21 @@ class OpenAIApp:
         body = await read_body(receive, headers.get(b"content-length"), tables.max_request_bytes)
         request = parse_request(endpoint, body)
         meta.request = request
+        if not caller.may_use(request.model):  # R-PRIN-1: the answer an unknown group gets
+            raise HttpError("model_not_found")
         if request.model in tables.snapshot.models:
             meta.model_group = request.model
         if request.model in tables.translating:  # R-XLATE-1: admission counts translations
             request.needs = translated_needs(request.needs, endpoint.capability)
+        if caller.limits is not None and caller.token_ref is not None:
+            try:  # R-PRIN-2: before admission, from this Edge's counters
+                meta.ticket = self.limiter.admit(
+                    caller.token_ref, caller.limits, request.input_tokens_estimate
+                )
+            except RateLimited as exc:
+                raise HttpError("rate_limited", str(exc), headers=exc.headers()) from None
+            if meta.ticket.quota is not None:
+                ex.extra_headers = meta.ticket.quota.headers()
         long = request.input_tokens_estimate >= tables.long_threshold  # R-POOL-7
         watch = DisconnectWatch(receive, ex)
         try:
@@ -120,6 +136,8 @@ class OpenAIApp:
                 forward_headers=forward,
                 target_of=self.target,
                 ex=ex,
+                owner=caller.token_ref if caller.max_queued is not None else None,
+                max_queued=caller.max_queued,
             )
         except asyncio.CancelledError:
             if not watch.absorb():
@@ -128,14 +146,17 @@ class OpenAIApp:
         finally:
             watch.stop()
 
-    async def _models(self, method: str, path: str, tables: Tables, ex: Exchange) -> None:
+    async def _models(
+        self, method: str, path: str, tables: Tables, ex: Exchange, caller: Caller
+    ) -> None:
         if method != "GET":
             raise HttpError("method_not_allowed", f"{path} accepts GET only")
         if path == MODELS_PATH:
-            await ex.respond(200, tables.models_body)
+            await ex.respond(200, tables.models_list(caller.models))  # R-PRIN-1
             return
-        body = tables.model_bodies.get(path[len(MODELS_PREFIX) :])
-        if body is None:
+        model = path[len(MODELS_PREFIX) :]
+        body = tables.model_bodies.get(model)
+        if body is None or not caller.may_use(model):
             raise HttpError("model_not_found", param="model")
         await ex.respond(200, body)
 
@@ -151,26 +172,13 @@ class OpenAIApp:
         else:
             await metrics_response(self.runtime, send)
 
-    def _record(self, meta: _Meta, ex: Exchange, duration_s: float) -> None:
+    def _end(self, meta: _Meta, ex: Exchange, duration_s: float) -> None:
+        """The request ended however it ended: its limiter charge is settled, then metered."""
+        input_tokens, output_tokens, estimated = _usage(meta, ex)
+        if meta.ticket is not None:  # R-PRIN-2: exactly once, the estimate corrected
+            self.limiter.finish(meta.ticket, input_tokens + output_tokens)
         request = meta.request
         status = ex.status or 500
-        usage = ex.usage
-        if usage is not None:
-            input_tokens, output_tokens, estimated = (
-                usage.input_tokens,
-                usage.output_tokens,
-                usage.estimated,
-            )
-        elif (
-            request is not None and ex.provider_id is not None and meta.operation != "count_tokens"
-        ):
-            # No usage from the upstream: the documented estimates, marked as such.
-            input_tokens = request.input_tokens_estimate
-            output_tokens = (ex.output_bytes + 3) // 4
-            estimated = True
-        else:
-            input_tokens = output_tokens = 0
-            estimated = False
         self.runtime.meter.record(
             RequestRecord(
                 operation=meta.operation,
@@ -189,10 +197,22 @@ class OpenAIApp:
         )
 
 
+def _usage(meta: _Meta, ex: Exchange) -> tuple[int, int, bool]:
+    """(input tokens, output tokens, estimated) of a finished request."""
+    usage = ex.usage
+    if usage is not None:
+        return usage.input_tokens, usage.output_tokens, usage.estimated
+    request = meta.request
+    if request is not None and ex.provider_id is not None and meta.operation != "count_tokens":
+        # No usage from the upstream: the documented estimates, marked as such.
+        return request.input_tokens_estimate, (ex.output_bytes + 3) // 4, True
+    return 0, 0, False
+
+
 class _Meta:
     """Who and what a request was, for its one meter record."""
 
-    __slots__ = ("model_group", "operation", "principal_ref", "request", "token_ref")
+    __slots__ = ("model_group", "operation", "principal_ref", "request", "ticket", "token_ref")
 
     def __init__(self, operation: str) -> None:
         self.operation = operation
@@ -200,3 +220,4 @@ class _Meta:
         self.principal_ref: str | None = None
         self.token_ref: str | None = None
         self.request: ParsedRequest | None = None
+        self.ticket: Ticket | None = None  # the limiter's charge, settled once at the end

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from catalog.config import EdgeSnapshot, SecretRef
 from pool.http.errors import HttpError
+from pool.http.limits import TokenLimits
 
 log = logging.getLogger("iop.http")
 
@@ -22,10 +23,20 @@ Headers = dict[bytes, bytes]
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """Who made the request: the labels usage metering keys on (R-AUTH-1, R-CFG-12)."""
+    """Who made the request (R-AUTH-1, R-CFG-12) and what its token may do (R-PRIN-1..3).
+
+    ``models`` None = every model group; ``limits`` None = no per-token limit.
+    """
 
     principal_ref: str | None
     token_ref: str | None
+    models: frozenset[str] | None = None
+    limits: TokenLimits | None = None
+    max_queued: int | None = None
+
+    def may_use(self, model: str) -> bool:
+        """R-PRIN-1: whether the token's scope includes this model group."""
+        return self.models is None or model in self.models
 
 
 def _digest(token: bytes) -> str:
@@ -54,8 +65,13 @@ class AuthTable:
             if digest is not None:
                 by_digest[digest] = Caller(None, None)
         for entry in snapshot.principal_tokens:  # a principal token's labels win over the bearer's
+            limits = TokenLimits(entry.max_in_flight, entry.rpm, entry.tpm)
             by_digest[entry.token_hash_sha256.lower()] = Caller(
-                entry.principal_ref, entry.token_ref
+                entry.principal_ref,
+                entry.token_ref,
+                models=entry.models,
+                limits=limits if limits.any else None,
+                max_queued=entry.max_queued,
             )
         self._by_digest = by_digest
 

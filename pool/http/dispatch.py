@@ -33,11 +33,18 @@ async def dispatch(
     forward_headers: tuple[tuple[str, str], ...],
     target_of: TargetOf,
     ex: Exchange,
+    owner: str | None = None,
+    max_queued: int | None = None,
 ) -> None:
-    """Admit ``request`` to the pool, run it on the leased provider and relay the answer."""
+    """Admit ``request`` to the pool, run it on the leased provider and relay the answer.
+
+    ``owner`` (the caller's token) holds at most ``max_queued`` waiters (R-PRIN-3).
+    """
     pool = runtime.pool
     try:
-        lease = await pool.acquire(request.model, request.needs, long=long)
+        lease = await pool.acquire(
+            request.model, request.needs, long=long, owner=owner, max_queued=max_queued
+        )
     except PoolError as exc:
         raise from_pool_error(exc) from None
     channel: RunChannel | None = None

@@ -56,6 +56,9 @@ ERRORS: dict[str, Row] = {
         413, "invalid_request_error", "request_too_large", "the request body is too large"
     ),
     "queue_full": Row(429, "rate_limit_error", "rate_limit_error", "the provider queue is full"),
+    "rate_limited": Row(
+        429, "rate_limit_error", "rate_limit_error", "rate limit reached for this token"
+    ),
     "internal_error": Row(500, "server_error", "api_error", "internal error"),
     "upstream_error": Row(502, "server_error", "api_error", "the upstream request failed"),
     "queue_timeout": Row(
@@ -78,13 +81,20 @@ _RUN_CODES = {"upstream_timeout": "upstream_timeout", "unknown_provider": "no_av
 class HttpError(Exception):
     """A refusal with a table ``code``; ``message`` must be safe to show (never a secret)."""
 
-    def __init__(self, code: str, message: str | None = None, param: str | None = None) -> None:
+    def __init__(
+        self,
+        code: str,
+        message: str | None = None,
+        param: str | None = None,
+        headers: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
         row = ERRORS[code]
         super().__init__(message or row.message)
         self.code = code
         self.row = row
         self.message = message or row.message
         self.param = param
+        self._headers = headers
 
     @property
     def status(self) -> int:
@@ -92,6 +102,8 @@ class HttpError(Exception):
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         """Extra response headers of this error (Retry-After on 429)."""
+        if self._headers is not None:
+            return self._headers
         if self.row.status == 429:
             return [(b"retry-after", str(RETRY_AFTER_S).encode())]
         return []

@@ -44,6 +44,7 @@ class Exchange:
         "anthropic",
         "code",
         "done",
+        "extra_headers",
         "output_bytes",
         "provider_id",
         "send",
@@ -64,6 +65,7 @@ class Exchange:
         self.provider_id: str | None = None
         self.usage: wire.Usage | None = None
         self.output_bytes = 0
+        self.extra_headers: list[tuple[bytes, bytes]] = []  # x-ratelimit-* (R-PRIN-2)
 
     async def respond(
         self, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = JSON_HEADERS
@@ -71,6 +73,8 @@ class Exchange:
         """A complete response in two sends."""
         self.status = status
         self.started = True
+        if self.extra_headers:
+            headers = headers + self.extra_headers
         await self.send({"type": "http.response.start", "status": status, "headers": headers})
         self.done = True
         await self.send({"type": "http.response.body", "body": body})
@@ -79,7 +83,7 @@ class Exchange:
         """Answer with ``err``: an error response, or an in-band event if a stream started."""
         self.status, self.code = err.status, err.code
         if not self.started:
-            headers = JSON_HEADERS + err.headers()
+            headers = JSON_HEADERS + err.headers() + self.extra_headers
             self.started = self.done = True
             await self.send(
                 {"type": "http.response.start", "status": err.status, "headers": headers}
@@ -98,7 +102,8 @@ class Exchange:
         if not self.started:
             self.started = True
             self.status = 200
-            await self.send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            headers = SSE_HEADERS + self.extra_headers if self.extra_headers else SSE_HEADERS
+            await self.send({"type": "http.response.start", "status": 200, "headers": headers})
 
     async def chunk(self, body: bytes, more: bool) -> None:
         self.output_bytes += len(body)

@@ -33,6 +33,7 @@ class Tables:
     """Auth by digest, provider-credential rule, (group, provider) targets, the model list."""
 
     __slots__ = (
+        "_scoped",
         "auth",
         "long_threshold",
         "max_request_bytes",
@@ -57,15 +58,29 @@ class Tables:
         created_at = datetime.fromtimestamp(created, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         entries = [_model_entry(mid, created, created_at) for mid in sorted(snapshot.models)]
         self.model_bodies = {entry["id"]: _dumps(entry) for entry in entries}
-        self.models_body = _dumps(
-            {
-                "object": "list",
-                "data": entries,
-                "has_more": False,
-                "first_id": entries[0]["id"] if entries else None,
-                "last_id": entries[-1]["id"] if entries else None,
-            }
-        )
+        self.models_body = _list_body(entries)
+        # R-PRIN-1: one list per distinct token scope, built once per snapshot.
+        self._scoped: dict[frozenset[str], bytes] = {}
+        for token in snapshot.principal_tokens:
+            if token.models is not None and token.models not in self._scoped:
+                scoped = [e for e in entries if e["id"] in token.models]
+                self._scoped[token.models] = _list_body(scoped)
 
     def target(self, model: str, provider_id: str) -> Target | None:
         return self.targets.get((model, provider_id))
+
+    def models_list(self, scope: frozenset[str] | None) -> bytes:
+        """The ``/v1/models`` body for a token scope (None = every group)."""
+        return self.models_body if scope is None else self._scoped[scope]
+
+
+def _list_body(entries: list[dict[str, Any]]) -> bytes:
+    return _dumps(
+        {
+            "object": "list",
+            "data": entries,
+            "has_more": False,
+            "first_id": entries[0]["id"] if entries else None,
+            "last_id": entries[-1]["id"] if entries else None,
+        }
+    )
