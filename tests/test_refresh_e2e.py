@@ -6,7 +6,6 @@ A pushed refresh swaps the Node's adapter registry while a run drains on the old
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 import time
@@ -20,6 +19,7 @@ import yaml
 
 from tests.support import Stack
 from tests.support.config import provider
+from tests.support.upstream_loop import Hold
 
 pytestmark = pytest.mark.slow
 TIMEOUT_S = 10.0
@@ -33,17 +33,7 @@ class Edge:
         self.document: dict[str, Any] = yaml.safe_load(stack.config_path.read_text())
 
     def refresh(self, mode: str, document: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        body = json.dumps({"mode": mode, "config": document}).encode()
-        request = urllib.request.Request(
-            self.stack.control_url + "/refresh",
-            data=body,
-            headers={"Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-                status, answer = response.status, json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            status, answer = exc.code, json.loads(exc.read())
+        status, answer = self.stack.refresh(mode, document)
         if mode == "apply" and status == 200:
             self.document = document
         return status, answer
@@ -89,38 +79,6 @@ class Edge:
             time.sleep(0.02)
 
 
-class Hold:
-    """Holds every streamed upstream response after its first chunk until released."""
-
-    def __init__(self, stack: Stack) -> None:
-        self.upstream = stack.upstream("main")
-
-        async def install() -> asyncio.Event:
-            event = asyncio.Event()
-            self.upstream.server.faults.hold_mid_stream = event
-            return event
-
-        self.event: asyncio.Event = self.upstream.call(install())
-
-    def release(self) -> None:
-        async def release() -> None:
-            self.event.set()
-
-        self.upstream.call(release())
-
-    def wait_streaming(self) -> None:
-        """Until a streamed response has sent its first chunk (and is now held)."""
-
-        async def wait() -> None:
-            async with asyncio.timeout(TIMEOUT_S):
-                await self.upstream.server.streaming.wait()
-
-        self.upstream.call(wait(), TIMEOUT_S + 1)
-
-    def upstream_models(self) -> list[str]:
-        return [r.json["model"] for r in self.upstream.server.requests if r.json]
-
-
 @pytest.fixture(scope="module")
 def edge(tmp_path_factory):
     providers = [
@@ -135,7 +93,7 @@ def edge(tmp_path_factory):
 @pytest.fixture
 def hold(edge):
     edge.stack.upstream("main").reset()
-    hold = Hold(edge.stack)
+    hold = Hold(edge.stack.upstream("main"))
     yield hold
     hold.release()
     edge.stack.upstream("main").reset()

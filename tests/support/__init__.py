@@ -26,7 +26,8 @@ Modules
     (the same, off the event loop), ``wait_online()``, ``wait_idle()`` (every counter 0),
     ``kill_node(index)``, ``restart_node(index)``, ``reset_upstreams()``, ``clean_slate()``,
     ``create_superuser(username, password)`` (in the Edge's own database), ``logs()``,
-    ``stop()``. ``provider_row(snapshot, provider_id)``: a provider's row of a snapshot.
+    ``refresh(mode, document) -> (status, report)`` (``POST /refresh``), ``stop()``.
+    ``provider_row(snapshot, provider_id)``: a provider's row of a snapshot.
 ``processes``
     ``ROOT``, ``free_port()``, ``sha256_hex(text)``, ``child_env()``, ``Proc``, the migrated
     database template.
@@ -36,7 +37,9 @@ Modules
 ``upstream_loop``
     ``FakeUpstream(kind)``: a fake upstream from ``tests.fakes`` on its own event loop in a
     thread, so sync tests (the official SDKs) can drive it (``.server``, ``.url``,
-    ``.reset()``, ``.wait_disconnect(timeout)``, ``.call(coroutine)``).
+    ``.reset()``, ``.wait_disconnect(timeout)``, ``.call(coroutine)``). ``Hold(upstream)``
+    holds every streamed response after its first chunk: ``wait_streaming()``,
+    ``release()``.
 ``inprocess``
     No processes: ``Runtime`` (a real pool and NodeHub), ``FakeNode`` (plays a Node on it),
     ``Call`` (drives an ASGI app as daphne does), ``await until(predicate)``, and the

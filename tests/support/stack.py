@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -282,6 +283,18 @@ class Stack:
         self.wait_online()
 
     # --- observation -------------------------------------------------------------------------
+
+    def refresh(self, mode: str, document: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """``POST /refresh`` (``dry_run`` or ``apply``) with a whole document; (status, report)."""
+        body = json.dumps({"mode": mode, "config": document}).encode()
+        request = urllib.request.Request(
+            self.control_url + "/refresh", data=body, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
 
     def pool_snapshot(self) -> dict[str, Any]:
         with urllib.request.urlopen(self.control_url + "/pool", timeout=5) as resp:

@@ -65,3 +65,36 @@ class FakeUpstream:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
         self.loop.close()
+
+
+class Hold:
+    """Holds every streamed response of an upstream after its first chunk until released."""
+
+    def __init__(self, upstream: FakeUpstream, timeout_s: float = 10.0) -> None:
+        self.upstream = upstream
+        self.timeout_s = timeout_s
+
+        async def install() -> asyncio.Event:
+            event = asyncio.Event()
+            self.upstream.server.faults.hold_mid_stream = event
+            return event
+
+        self.event: asyncio.Event = self.upstream.call(install())
+
+    def release(self) -> None:
+        async def release() -> None:
+            self.event.set()
+
+        self.upstream.call(release())
+
+    def wait_streaming(self) -> None:
+        """Until a streamed response has sent its first chunk (and is now held)."""
+
+        async def wait() -> None:
+            async with asyncio.timeout(self.timeout_s):
+                await self.upstream.server.streaming.wait()
+
+        self.upstream.call(wait(), self.timeout_s + 1)
+
+    def upstream_models(self) -> list[str]:
+        return [r.json["model"] for r in self.upstream.server.requests if r.json]
