@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from catalog.config import ConfigError
 from catalog.documents import validate_catalog
-from catalog.forms import CatalogForm, issue_lines, rejecting
+from catalog.forms import CatalogForm, PrincipalTokenForm, issue_lines, rejecting
 from catalog.models import (
     EdgeSettings,
     ModelGroup,
@@ -193,10 +193,33 @@ class ModelGroupAdmin(CatalogAdmin):
 
 @admin.register(PrincipalToken)
 class PrincipalTokenAdmin(CatalogAdmin):
-    list_display = ("token_ref", "principal_ref", "alias", "hash_prefix", "order")
+    form = PrincipalTokenForm
+    list_display = (
+        "token_ref",
+        "principal_ref",
+        "alias",
+        "hash_prefix",
+        "scope_display",
+        "max_in_flight",
+        "rpm",
+        "tpm",
+        "max_queued",
+        "order",
+    )
     list_filter = ("principal_ref",)
     search_fields = ("token_ref", "principal_ref", "alias")
-    fields = ("token_ref", "principal_ref", "alias", "token_hash_sha256", "settings", "order")
+    fieldsets = (
+        (None, {"fields": ("token_ref", "principal_ref", "alias", "token_hash_sha256")}),
+        (
+            "policy (R-PRIN-1..3, live)",
+            {"fields": ("model_groups", ("max_in_flight", "max_queued"), ("rpm", "tpm"))},
+        ),
+        (None, {"fields": ("settings", "order")}),
+    )
+
+    @admin.display(description="models")
+    def scope_display(self, obj: PrincipalToken) -> str:
+        return ", ".join(obj.model_groups) if obj.model_groups else "all"
 
     @admin.display(description="sha256")
     def hash_prefix(self, obj: PrincipalToken) -> str:

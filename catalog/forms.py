@@ -35,3 +35,28 @@ def rejecting(form: type[forms.ModelForm], lines: Sequence[str]) -> type[forms.M
     if not issubclass(form, CatalogForm):
         raise TypeError(f"{form.__name__} must derive from CatalogForm")
     return type(form.__name__, (form,), {"catalog_rejection": tuple(lines)})
+
+
+class PrincipalTokenForm(CatalogForm):
+    """A token's scope picked from the configured model groups (R-PRIN-1): none = every group."""
+
+    model_groups = forms.MultipleChoiceField(
+        label="models",
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Model groups this token may call; none ticked = every group (R-PRIN-1).",
+    )
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        from catalog.models import ModelGroup
+
+        known = list(ModelGroup.objects.values_list("key", flat=True))
+        current = [m for m in (self.initial.get("model_groups") or []) if m not in known]
+        field = self.fields["model_groups"]
+        assert isinstance(field, forms.MultipleChoiceField)
+        field.choices = [(key, key) for key in [*known, *current]]
+
+    def clean_model_groups(self) -> list[str] | None:
+        chosen = self.cleaned_data.get("model_groups") or []
+        return list(chosen) or None

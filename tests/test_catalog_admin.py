@@ -203,9 +203,43 @@ def test_principal_token_form_holds_a_hash_and_says_how_to_mint(staff, catalog):
         "principal_ref",
         "alias",
         "token_hash_sha256",
+        "model_groups",
+        "max_in_flight",
+        "max_queued",
+        "rpm",
+        "tpm",
         "settings",
         "order",
     }
+
+
+def test_principal_token_policy_is_edited_per_token_and_exported(staff, catalog):
+    """R-PRIN-1..3: scope from the configured groups, limits as numbers, in the document."""
+    token = PrincipalToken.objects.get(token_ref="app-ci")
+    response = staff.get(change_url(token))
+    choices = [key for key, _ in response.context["adminform"].form.fields["model_groups"].choices]
+    assert choices == [m["id"] for m in catalog["models"]]
+    data = page_data(response)
+    data.update({"model_groups": ["echo"], "max_in_flight": "2", "rpm": "30", "tpm": "9000"})
+    data["max_queued"] = "4"
+    assert staff.post(change_url(token), data).status_code == 302
+    entry = catalog_to_document()["openai"]["principal_tokens"][1]
+    assert entry["token_ref"] == "app-ci"
+    assert (entry["models"], entry["max_in_flight"], entry["rpm"], entry["tpm"]) == (
+        ["echo"],
+        2,
+        30,
+        9000,
+    )
+    assert entry["max_queued"] == 4
+    data.update({"model_groups": [], "rpm": "", "max_queued": "99"})
+    response = staff.post(change_url(token), data)
+    assert response.status_code == 200  # refused whole: max_queued above max_queue
+    assert b"openai.principal_tokens[1].max_queued" in response.content
+    data["max_queued"] = ""
+    assert staff.post(change_url(token), data).status_code == 302
+    entry = catalog_to_document()["openai"]["principal_tokens"][1]
+    assert "models" not in entry and "rpm" not in entry and "max_queued" not in entry
 
 
 def test_edge_settings_cannot_be_added_twice_or_deleted(staff, catalog):

@@ -83,6 +83,27 @@ def test_optional_keys_and_several_nodes_survive_the_round_trip():
     assert exported["nodes"][0]["providers"][1]["headers"] == {"X-Team": "research"}
 
 
+def test_principal_token_policy_survives_the_round_trip_in_its_columns():
+    """R-PRIN-1..3: models and limits are catalog columns, exported as written."""
+    original = example()
+    policy = {"models": ["echo"], "max_in_flight": 2, "rpm": 60, "tpm": 5000, "max_queued": 4}
+    original["openai"]["principal_tokens"][0].update(policy)
+    document_to_catalog(original)
+    token = PrincipalToken.objects.get(token_ref="app-notebook")
+    assert (token.model_groups, token.max_in_flight, token.rpm, token.tpm, token.max_queued) == (
+        ["echo"],
+        2,
+        60,
+        5000,
+        4,
+    )
+    assert token.settings == {}
+    exported = catalog_to_document()
+    entry = exported["openai"]["principal_tokens"][0]
+    assert {key: entry[key] for key in policy} == policy
+    assert load_snapshot(exported) == load_snapshot(original)
+
+
 def test_managed_mode_sections_survive_the_round_trip():
     original = managed_example()
     document_to_catalog(original)

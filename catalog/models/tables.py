@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from catalog.models.base import OrderedRow
+from catalog.models.base import DocumentJSONField, OrderedRow
 
 MINT_HELP = (
     "sha256 hex of the raw token; the raw token is never stored. Mint one with "
@@ -133,19 +133,44 @@ class ModelProvider(models.Model):
         return f"{self.provider} -> {self.served_model}"
 
 
+LIMIT_HELP = "Blank = no limit. Live: a lower limit never cancels running requests."
+
+
 class PrincipalToken(OrderedRow):
-    """A caller token hash (`openai.principal_tokens[]`, R-CFG-12); never a raw token."""
+    """A caller token hash (`openai.principal_tokens[]`, R-CFG-12) and its policy (R-PRIN-1..3).
+
+    Never a raw token.
+    """
 
     token_ref = models.CharField(max_length=200, unique=True)
     token_hash_sha256 = models.CharField(max_length=64, unique=True, help_text=MINT_HELP)
     principal_ref = models.CharField(max_length=200)
     alias = models.CharField(max_length=200, blank=True)
+    model_groups = DocumentJSONField(
+        "models",
+        null=True,
+        blank=True,
+        help_text="Model group ids this token may call (R-PRIN-1); none = every group.",
+    )
+    max_in_flight = models.IntegerField(null=True, blank=True, help_text=LIMIT_HELP)
+    rpm = models.IntegerField("requests per minute", null=True, blank=True, help_text=LIMIT_HELP)
+    tpm = models.IntegerField("tokens per minute", null=True, blank=True, help_text=LIMIT_HELP)
+    max_queued = models.IntegerField(
+        null=True,
+        blank=True,
+        help_text="Waiters this token may hold in the queue; blank = no share limit.",
+    )
 
     columns = {
         "token_ref": "token_ref",
         "token_hash_sha256": "token_hash_sha256",
         "principal_ref": "principal_ref",
         "alias": "alias",
+        "models": "model_groups",
+        "max_in_flight": "max_in_flight",
+        "rpm": "rpm",
+        "tpm": "tpm",
+        "max_queued": "max_queued",
     }
 
     class Meta:
