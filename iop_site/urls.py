@@ -1,12 +1,13 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from pool import status
+from pool import status, usage_page
 
 urlpatterns = [
     path("api/pool/", status.PoolSnapshotView.as_view(), name="api-pool"),
     path("admin/pool-status/", status.status_page, name="pool-status"),
     path("admin/pool-status/status.json", status.status_json, name="pool-status-json"),
+    path("admin/usage/", usage_page.usage_page, name="usage-chart"),
     path("admin/", admin.site.urls),
     path("api/", include("refresh.urls")),
 ]

@@ -1,13 +1,16 @@
-"""The pool status page in a real browser: it follows a slow request live, without a reload.
+"""Admin pages in a real browser: the pool status page follows a slow request live, without a
+reload; the usage page charts what the Edge metered.
 
 Headless Debian Chromium (``scripts/install-browser.sh``) driven by Playwright; never a
-downloaded browser. R-POOL-8 (what the page shows), R-POOL-9 (back to 0 afterwards).
+downloaded browser. R-POOL-8 (what the page shows), R-POOL-9 (back to 0 afterwards),
+R-PRIN-4 (usage over time as a chart).
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -58,13 +61,17 @@ def _slow_request(stack: Stack) -> http.client.HTTPConnection:
     return conn
 
 
+def _sign_in(page: Page, stack: Stack, path: str) -> None:
+    page.goto(stack.openai_url + path)
+    assert "/admin/login/" in page.url  # staff only: the login comes first
+    admin_login(page, "staff", PASSWORD)
+    page.wait_for_url(f"**{path}")
+
+
 def test_status_page_shows_in_flight_change_live_while_a_slow_request_runs(
     stack: Stack, page: Page
 ) -> None:
-    page.goto(stack.openai_url + "/admin/pool-status/")
-    assert "/admin/login/" in page.url  # staff only: the login comes first
-    admin_login(page, "staff", PASSWORD)
-    page.wait_for_url("**/admin/pool-status/")
+    _sign_in(page, stack, "/admin/pool-status/")
 
     row = page.locator(ROW)
     assert row.get_attribute("data-state") == "idle"
@@ -86,4 +93,42 @@ def test_status_page_shows_in_flight_change_live_while_a_slow_request_runs(
     assert row.locator('[data-field="in_flight"]').inner_text().strip() == "0 / 2"
     assert page.evaluate("window.__sameDocument") is True
     assert page.locator("#pool-status.stale").count() == 0
+    stack.wait_idle()
+
+
+def _requests_charted(page: Page, section: str, key: str) -> int:
+    figure = page.locator(f'figure[data-section="{section}"][data-key="{key}"]')
+    return int(figure.get_attribute("data-requests") or 0) if figure.count() else 0
+
+
+def test_usage_page_charts_metered_requests_per_principal_and_model_group(
+    stack: Stack, page: Page
+) -> None:
+    """R-PRIN-4: requests through the Edge appear in the principal's and the group's charts."""
+    for _ in range(3):
+        conn = _slow_request(stack)
+        assert conn.getresponse().status == 200
+        conn.close()
+    _sign_in(page, stack, "/admin/usage/")
+    deadline = time.monotonic() + 30  # the meter writes the ledger in batches (every 5 s)
+    while _requests_charted(page, "principal", "team-test") < 3:
+        assert time.monotonic() < deadline, "the requests never reached the usage chart"
+        page.wait_for_timeout(250)
+        page.reload()
+    group = page.locator('figure[data-section="model_group"][data-key="slow-model"]')
+    assert int(group.get_attribute("data-requests") or 0) >= 3
+    for panel in ("requests", "tokens"):
+        chart = group.locator(f'svg[data-panel="{panel}"]')
+        assert chart.is_visible()
+        assert chart.locator("polyline").count() == 2
+    assert int(group.get_attribute("data-input-tokens") or 0) > 0
+
+    page.select_option("#id_range", "30d")
+    page.select_option("#id_model_group", "slow-model")
+    page.click('#usage-filter input[type="submit"]')
+    page.wait_for_url("**/admin/usage/?*model_group=slow-model*")
+    shown = page.locator('figure[data-section="model_group"]')
+    assert shown.count() == 1 and shown.get_attribute("data-key") == "slow-model"
+    principal = page.locator('figure[data-section="principal"][data-key="team-test"]')
+    assert principal.get_attribute("data-requests") == group.get_attribute("data-requests")
     stack.wait_idle()

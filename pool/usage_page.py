@@ -1,0 +1,125 @@
+"""The usage page in the admin: a chart per principal and per model group (R-PRIN-4).
+
+Reads the usage ledger (``pool.models.UsageBucket``), sums it per bucket and key in the
+database, and hands the rows to ``pool.usage_series``; the template draws inline SVG, so the
+page needs no script and no charting library (``docs/metering.md``, "Usage charts").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.db.models import QuerySet, Sum
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils import timezone
+
+from pool.models import UsageBucket
+from pool.usage_series import (
+    BOTTOM,
+    HEIGHT,
+    LEFT,
+    MAX_CHARTS,
+    RANGES,
+    TOP,
+    WIDTH,
+    Row,
+    build_section,
+    window_for,
+    x_labels,
+)
+
+SECTIONS = (
+    ("principal", "By principal", "principal_ref"),
+    ("model_group", "By model group", "model_group"),
+)
+SUMS = {name: Sum(name) for name in ("requests", "errors", "input_tokens", "output_tokens")}
+
+
+class UsageFilter(forms.Form):
+    range = forms.ChoiceField(
+        choices=[(key, label) for key, (label, _, _) in RANGES.items()], required=False
+    )
+    principal = forms.ChoiceField(required=False)
+    model_group = forms.ChoiceField(label="model group", required=False)
+
+    def __init__(self, data: Any, principals: list[str], groups: list[str]) -> None:
+        super().__init__(data)
+        for name, values in (("principal", principals), ("model_group", groups)):
+            field = self.fields[name]
+            assert isinstance(field, forms.ChoiceField)
+            field.choices = [("", "all"), *((v, v) for v in values)]
+
+
+def _distinct(field: str) -> list[str]:
+    return sorted(UsageBucket.objects.values_list(field, flat=True).distinct())
+
+
+def _rows(queryset: QuerySet, key: str) -> list[Row]:
+    summed = queryset.values("bucket_start", key).annotate(**SUMS).order_by()
+    return [
+        Row(
+            r["bucket_start"],
+            r[key],
+            r["requests"] or 0,
+            r["errors"] or 0,
+            r["input_tokens"] or 0,
+            r["output_tokens"] or 0,
+        )
+        for r in summed
+    ]
+
+
+def usage_context(params: Any) -> dict[str, Any]:
+    """Filters, window and both sections for the query string ``params``."""
+    form = UsageFilter(params, _distinct("principal_ref"), _distinct("model_group"))
+    chosen = form.cleaned_data if form.is_valid() else {}
+    range_key = chosen.get("range") or next(iter(RANGES))
+    window = window_for(range_key, timezone.now())
+    queryset = UsageBucket.objects.filter(
+        bucket_start__gte=window.start, bucket_start__lt=window.end
+    )
+    if chosen.get("principal"):
+        queryset = queryset.filter(principal_ref=chosen["principal"])
+    if chosen.get("model_group"):
+        queryset = queryset.filter(model_group=chosen["model_group"])
+    return {
+        "form": form,
+        "range_label": RANGES[range_key][0],
+        "window": window,
+        "sections": [
+            ("principal", "By principal", build_section(_rows(queryset, "principal_ref"), window)),
+            (
+                "model_group",
+                "By model group",
+                build_section(_rows(queryset, "model_group"), window),
+            ),
+        ],
+        "x_labels": x_labels(window),
+        "geometry": {
+            "left": LEFT,
+            "top": TOP,
+            "width": WIDTH,
+            "height": HEIGHT,
+            "right": LEFT + WIDTH,
+            "bottom": TOP + HEIGHT,
+            "view_w": LEFT + WIDTH + 8,
+            "view_h": TOP + HEIGHT + BOTTOM,
+            "label_y": TOP + HEIGHT + 15,
+        },
+        "max_charts": MAX_CHARTS,
+    }
+
+
+def _usage_page(request: HttpRequest) -> HttpResponse:
+    context = {
+        **admin.site.each_context(request),
+        "title": "Usage over time",
+        **usage_context(request.GET),
+    }
+    return TemplateResponse(request, "admin/usage_chart.html", context)
+
+
+usage_page = admin.site.admin_view(_usage_page)  # staff only; signed out -> the admin login

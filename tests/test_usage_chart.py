@@ -1,0 +1,175 @@
+"""Usage over time in the admin: ledger rows become a chart per principal and per model group
+(R-PRIN-4). The series module is pure; the page is driven through Django's test client."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from pool.models import UsageBucket
+from pool.usage_series import (
+    LEFT,
+    MAX_CHARTS,
+    WIDTH,
+    Row,
+    build_section,
+    nice_top,
+    window_for,
+    x_labels,
+    y_of,
+)
+
+NOW = datetime(2026, 3, 10, 14, 25, tzinfo=UTC)
+
+
+def row(hours_ago: int, key: str, requests: int = 1, errors: int = 0, tin: int = 0, tout: int = 0):
+    start = NOW.replace(minute=0) - timedelta(hours=hours_ago)
+    return Row(start, key, requests, errors, tin, tout)
+
+
+def test_the_hourly_window_ends_with_the_current_hour():
+    window = window_for("24h", NOW)
+    assert window.step == "hour"
+    assert window.starts[-1] == datetime(2026, 3, 10, 14, tzinfo=UTC)
+    assert len(window.starts) == 24
+
+
+def test_the_daily_window_ends_with_today():
+    window = window_for("30d", NOW)
+    assert window.starts[-1] == datetime(2026, 3, 10, tzinfo=UTC)
+    assert len(window.starts) == 30 and window.step == "day"
+
+
+def test_an_unknown_range_falls_back_to_the_last_24_hours():
+    assert window_for("forever", NOW) == window_for("24h", NOW)
+
+
+def test_rows_land_in_their_bucket_and_keys_are_ranked_by_requests():
+    """R-PRIN-4: one chart per key; each metric per bucket; busiest key first."""
+    window = window_for("24h", NOW)
+    rows = [row(0, "team-b", 5, 1, 100, 50), row(3, "team-a", 2), row(0, "team-a", 1, 0, 7, 3)]
+    section = build_section(rows, window)
+    assert [c.key for c in section.charts] == ["team-b", "team-a"]
+    team_a = section.charts[1]
+    assert team_a.totals == {"requests": 3, "errors": 0, "input_tokens": 7, "output_tokens": 3}
+    requests = team_a.panels[0].series[0]
+    assert requests.metric == "requests"
+    assert requests.values[-1] == 1 and requests.values[-4] == 2 and sum(requests.values) == 3
+
+
+def test_daily_buckets_sum_the_hours_of_a_day():
+    window = window_for("30d", NOW)
+    section = build_section([row(1, "g", 2), row(3, "g", 3), row(30, "g", 4)], window)
+    values = section.charts[0].panels[0].series[0].values
+    assert values[-1] == 5 and values[-2] == 4
+
+
+def test_rows_outside_the_window_are_left_out():
+    window = window_for("24h", NOW)
+    assert build_section([row(24, "old"), row(-1, "future")], window).charts == ()
+
+
+def test_the_polyline_maps_values_onto_the_plot_area():
+    window = window_for("24h", NOW)
+    chart = build_section([row(0, "k", 4)], window).charts[0]
+    panel = chart.panels[0]
+    assert panel.top == 5
+    points = panel.series[0].points.split()
+    assert len(points) == 24
+    last_x, last_y = (float(v) for v in points[-1].split(","))
+    assert last_x == LEFT + WIDTH and last_y == pytest.approx(y_of(4, 5), abs=0.1)
+
+
+def test_only_the_busiest_keys_get_a_chart_and_the_rest_are_counted():
+    window = window_for("24h", NOW)
+    rows = [row(0, f"k{i:02d}", requests=i + 1) for i in range(MAX_CHARTS + 3)]
+    section = build_section(rows, window)
+    assert len(section.charts) == MAX_CHARTS and section.left_out == 3
+    assert section.charts[0].key == f"k{MAX_CHARTS + 2:02d}"
+
+
+def test_axis_maxima_are_readable_numbers():
+    assert [nice_top(v) for v in (0, 1, 3, 7, 11, 4500)] == [1, 1, 5, 10, 20, 5000]
+
+
+def test_x_labels_are_hours_for_a_day_and_dates_for_a_month():
+    assert x_labels(window_for("24h", NOW))[0][1].endswith(":00")
+    assert x_labels(window_for("30d", NOW))[0][1] == "02-09"
+
+
+# --- the page ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def staff(client, django_user_model):
+    user = django_user_model.objects.create(username="root", is_staff=True, is_superuser=True)
+    client.force_login(user)
+    return client
+
+
+def ledger(hours_ago: int, principal: str, group: str, requests: int, errors: int = 0) -> None:
+    start = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=hours_ago)
+    UsageBucket.objects.create(
+        bucket_start=start,
+        principal_ref=principal,
+        token_ref=f"app-{principal}",
+        model_group=group,
+        attributed_to="p1",
+        requests=requests,
+        errors=errors,
+        input_tokens=requests * 10,
+        output_tokens=requests * 5,
+        updated_at=timezone.now(),
+    )
+
+
+@pytest.mark.django_db
+def test_the_page_draws_a_chart_per_principal_and_per_model_group(staff):
+    """R-PRIN-4: totals per principal and per group come from the ledger."""
+    ledger(0, "team-a", "gpt", 3, 1)
+    ledger(2, "team-a", "glm", 2)
+    ledger(1, "team-b", "gpt", 4)
+    response = staff.get(reverse("usage-chart"))
+    assert response.status_code == 200
+    sections = dict((key, section) for key, _, section in response.context["sections"])
+    by_principal = {c.key: c.totals for c in sections["principal"].charts}
+    assert by_principal["team-a"] == {
+        "requests": 5,
+        "errors": 1,
+        "input_tokens": 50,
+        "output_tokens": 25,
+    }
+    assert {c.key: c.totals["requests"] for c in sections["model_group"].charts} == {
+        "gpt": 7,
+        "glm": 2,
+    }
+    assert b'data-key="team-b"' in response.content and b"<polyline" in response.content
+
+
+@pytest.mark.django_db
+def test_the_page_filters_by_principal_and_model_group(staff):
+    ledger(0, "team-a", "gpt", 3)
+    ledger(0, "team-a", "glm", 2)
+    ledger(0, "team-b", "gpt", 4)
+    response = staff.get(reverse("usage-chart"), {"principal": "team-a", "model_group": "gpt"})
+    sections = dict((key, section) for key, _, section in response.context["sections"])
+    assert [(c.key, c.totals["requests"]) for c in sections["principal"].charts] == [("team-a", 3)]
+    assert [(c.key, c.totals["requests"]) for c in sections["model_group"].charts] == [("gpt", 3)]
+
+
+@pytest.mark.django_db
+def test_the_daily_range_reaches_back_past_a_day(staff):
+    ledger(50, "team-old", "gpt", 6)
+    hourly = staff.get(reverse("usage-chart"))
+    assert b'data-key="team-old"' not in hourly.content
+    daily = staff.get(reverse("usage-chart"), {"range": "30d"})
+    assert b'data-key="team-old"' in daily.content
+
+
+@pytest.mark.django_db
+def test_the_page_is_for_staff_only(client):
+    response = client.get(reverse("usage-chart"))
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
