@@ -31,6 +31,7 @@ from bench_client import (  # noqa: E402
     rss_mb,
     run_wrk,
 )
+from bench_limits import cell as limits_cell  # noqa: E402
 from bench_report import Row, render  # noqa: E402
 from bench_upstream import EVENTS  # noqa: E402
 
@@ -273,13 +274,14 @@ def main() -> int:
             rows = asyncio.run(_run(targets, pids, args))
             memory = {name: (idle[name], *rss_mb(pid)) for name, pid in pids.items()}
             stack.wait_idle()
+        limits = limits_cell(int(port), args.seconds, args.rounds)  # docs/performance.md
     finally:
         for proc in (proxy, upstream):
             if proc is not None:
                 proc.terminate()
                 proc.wait(10)
     report = render(rows, memory, time.monotonic() - started, args.rounds)
-    print(report["text"])
+    print(report["text"] + "\n\n" + limits)
     if args.json:
         Path(args.json).write_text(json.dumps(report["data"], indent=2))
     return 0

@@ -32,7 +32,7 @@ class TokenLimits:
         return self.max_in_flight is not None or self.rpm is not None or self.tpm is not None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per request, and frozen __init__ costs more
 class Quota:
     """What the ``x-ratelimit-*`` headers report: limits, what is left, time to the reset."""
 
@@ -84,8 +84,7 @@ class RateLimited(Exception):
 
 def format_duration(seconds: float) -> bytes:
     """``1.5s``, ``59s``, ``0.02s``: the reset as OpenAI clients print it."""
-    text = f"{max(seconds, 0.0):.3f}".rstrip("0").rstrip(".")
-    return (text + "s").encode()
+    return (b"%.3f" % max(seconds, 0.0)).rstrip(b"0").rstrip(b".") + b"s"
 
 
 class _Counter:

@@ -1,0 +1,178 @@
+"""`make bench` cell: what per-token policy checks cost at c=16 (R-PRIN-1..3).
+
+One Edge with two principal tokens: ``plain`` (no policy) and ``limited`` (a model scope,
+max_in_flight, rpm, tpm and max_queued, all too high to ever refuse). wrk runs non-stream
+chat at c=16 with each token in turn, order alternating per round, on the same Edge and
+upstream; the figure is the ratio of the medians. Reports, never asserts
+(docs/performance.md, "Per-token limits").
+
+Alone: ``.venv/bin/python scripts/bench_limits.py [--seconds 3 --rounds 5]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "scripts")) if p not in sys.path]
+
+from bench_client import WrkResult, run_wrk  # noqa: E402
+
+from tests.harness import Stack, sha256_hex  # noqa: E402
+
+CONCURRENCY = 16
+BODY = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "ping"}]}).encode()
+NEVER = 2**31 - 1
+LIMITED_POLICY = {
+    "models": ["bench"],
+    "max_in_flight": 100_000,
+    "rpm": NEVER,
+    "tpm": NEVER,
+    "max_queued": 1024,
+}
+
+
+def _token(name: str, raw: str, policy: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "token_ref": f"bench-{name}",
+        "principal_ref": "bench",
+        "token_hash_sha256": sha256_hex(raw),
+        **policy,
+    }
+
+
+def measure(upstream_port: int, seconds: float, rounds: int) -> dict[str, Any]:
+    """Median requests/s of each token over ``rounds`` interleaved wrk runs on one Edge."""
+    raw = {name: "bench-" + secrets.token_urlsafe(24) for name in ("plain", "limited")}
+    load_before = os.getloadavg()
+    with (
+        tempfile.TemporaryDirectory(prefix="iop-bench-limits-") as directory,
+        Stack(
+            Path(directory),
+            upstreams={},
+            providers=[
+                {
+                    "id": "p-bench",
+                    "profile": "openai",
+                    "capacity": 256,
+                    "base_url": f"http://127.0.0.1:{upstream_port}/v1",
+                }
+            ],
+            models=[{"id": "bench", "providers": {"p-bench": "bench-served"}}],
+            pool={"max_queue": 1024},
+            openai={
+                "principal_tokens": [
+                    _token("plain", raw["plain"], {}),
+                    _token("limited", raw["limited"], LIMITED_POLICY),
+                ]
+            },
+            log_level="WARNING",
+        ) as stack,
+    ):
+        url = stack.v1_url + "/chat/completions"
+        for token in raw.values():  # warm-up: connections, caches
+            run_wrk(url, BODY, token, CONCURRENCY, 1)
+        runs: dict[str, list[WrkResult]] = {"plain": [], "limited": []}
+        for turn in range(rounds):
+            order = ["plain", "limited"] if turn % 2 == 0 else ["limited", "plain"]
+            for name in order:
+                result = run_wrk(url, BODY, raw[name], CONCURRENCY, seconds)
+                print(
+                    f"limits {name:8} c={CONCURRENCY} {result.rps:8.0f} req/s "
+                    f"p50 {result.p50_ms:.2f} ms errors {result.errors}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                runs[name].append(result)
+        stack.wait_idle()
+    medians = {name: statistics.median(r.rps for r in found) for name, found in runs.items()}
+    return {
+        "concurrency": CONCURRENCY,
+        "rounds": rounds,
+        "seconds": seconds,
+        "rps": {name: [round(r.rps, 1) for r in found] for name, found in runs.items()},
+        "median_rps": {name: round(value, 1) for name, value in medians.items()},
+        "p50_ms": {
+            name: round(statistics.median(r.p50_ms for r in found), 3)
+            for name, found in runs.items()
+        },
+        "errors": {name: sum(r.errors for r in found) for name, found in runs.items()},
+        "cost_pct": round(100 * (1 - medians["limited"] / medians["plain"]), 2),
+        "check_us": round(check_cost_us(), 3),
+        "load_before": [round(v, 2) for v in load_before],
+        "load_after": [round(v, 2) for v in os.getloadavg()],
+    }
+
+
+def check_cost_us(iterations: int = 200_000) -> float:
+    """In-process cost of one request's checks: admit, the headers, finish (microseconds)."""
+    from pool.http.limits import TokenLimiter, TokenLimits
+
+    limiter = TokenLimiter()
+    limits = TokenLimits(max_in_flight=100_000, rpm=NEVER, tpm=NEVER)
+    started = time.perf_counter()
+    for _ in range(iterations):
+        ticket = limiter.admit("bench-limited", limits, 20)
+        if ticket.quota is not None:
+            ticket.quota.headers()
+        limiter.finish(ticket, 30)
+    return (time.perf_counter() - started) * 1e6 / iterations
+
+
+def render(result: dict[str, Any]) -> str:
+    med, p50 = result["median_rps"], result["p50_ms"]
+    return "\n".join(
+        [
+            f"Per-token limit checks, non-stream c={result['concurrency']}, median of "
+            f"{result['rounds']} x {result['seconds']:g} s (interleaved, one Edge):",
+            f"  no policy      {med['plain']:8.0f} req/s  p50 {p50['plain']:.2f} ms",
+            f"  scope + limits {med['limited']:8.0f} req/s  p50 {p50['limited']:.2f} ms",
+            f"  cost {result['cost_pct']:+.2f}% throughput (target < 3%); errors "
+            f"{result['errors']}; load average {result['load_before']} -> "
+            f"{result['load_after']}",
+            f"  in process: {result['check_us']:.2f} us per request for admit + headers + finish",
+        ]
+    )
+
+
+def cell(upstream_port: int, seconds: float, rounds: int) -> str:
+    """The hook `scripts/bench.py` calls: measure and render."""
+    return render(measure(upstream_port, seconds, max(rounds, 3)))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=3.0, help="length of each wrk run")
+    parser.add_argument("--rounds", type=int, default=5, help="runs per token; medians count")
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args()
+    upstream = subprocess.Popen(
+        [sys.executable, "scripts/bench_upstream.py"], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert upstream.stdout is not None
+        port = int(upstream.stdout.readline().strip())
+        result = measure(port, args.seconds, args.rounds)
+    finally:
+        upstream.terminate()
+        upstream.wait(10)
+    print(render(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
