@@ -26,7 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "scripts")) if p not in sys.path]
 
-from bench_client import WrkResult, run_wrk  # noqa: E402
+from bench_client import WrkResult, cpu_seconds, run_wrk  # noqa: E402
 
 from tests.harness import Stack, sha256_hex  # noqa: E402
 
@@ -80,16 +80,22 @@ def measure(upstream_port: int, seconds: float, rounds: int) -> dict[str, Any]:
         ) as stack,
     ):
         url = stack.v1_url + "/chat/completions"
+        assert stack.edge is not None and stack.edge.popen is not None
+        edge_pid = stack.edge.popen.pid
+        cpu_ms: dict[str, list[float]] = {"plain": [], "limited": []}
         for token in raw.values():  # warm-up: connections, caches
             run_wrk(url, BODY, token, CONCURRENCY, 1)
         runs: dict[str, list[WrkResult]] = {"plain": [], "limited": []}
         for turn in range(rounds):
             order = ["plain", "limited"] if turn % 2 == 0 else ["limited", "plain"]
             for name in order:
+                cpu_before = cpu_seconds(edge_pid)
                 result = run_wrk(url, BODY, raw[name], CONCURRENCY, seconds)
+                cpu = (cpu_seconds(edge_pid) - cpu_before) * 1000 / max(1, result.requests)
+                cpu_ms[name].append(cpu)
                 print(
                     f"limits {name:8} c={CONCURRENCY} {result.rps:8.0f} req/s "
-                    f"p50 {result.p50_ms:.2f} ms errors {result.errors}",
+                    f"p50 {result.p50_ms:.2f} ms edge CPU {cpu:.3f} ms/req errors {result.errors}",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -106,6 +112,7 @@ def measure(upstream_port: int, seconds: float, rounds: int) -> dict[str, Any]:
             name: round(statistics.median(r.p50_ms for r in found), 3)
             for name, found in runs.items()
         },
+        "edge_cpu_ms": {name: round(statistics.median(found), 4) for name, found in cpu_ms.items()},
         "errors": {name: sum(r.errors for r in found) for name, found in runs.items()},
         "cost_pct": round(100 * (1 - medians["limited"] / medians["plain"]), 2),
         "check_us": round(check_cost_us(), 3),
@@ -130,13 +137,15 @@ def check_cost_us(iterations: int = 200_000) -> float:
 
 
 def render(result: dict[str, Any]) -> str:
-    med, p50 = result["median_rps"], result["p50_ms"]
+    med, p50, cpu = result["median_rps"], result["p50_ms"], result["edge_cpu_ms"]
     return "\n".join(
         [
             f"Per-token limit checks, non-stream c={result['concurrency']}, median of "
             f"{result['rounds']} x {result['seconds']:g} s (interleaved, one Edge):",
-            f"  no policy      {med['plain']:8.0f} req/s  p50 {p50['plain']:.2f} ms",
-            f"  scope + limits {med['limited']:8.0f} req/s  p50 {p50['limited']:.2f} ms",
+            f"  no policy      {med['plain']:8.0f} req/s  p50 {p50['plain']:.2f} ms  "
+            f"edge CPU {cpu['plain']:.3f} ms/req",
+            f"  scope + limits {med['limited']:8.0f} req/s  p50 {p50['limited']:.2f} ms  "
+            f"edge CPU {cpu['limited']:.3f} ms/req",
             f"  cost {result['cost_pct']:+.2f}% throughput (target < 3%); errors "
             f"{result['errors']}; load average {result['load_before']} -> "
             f"{result['load_after']}",
