@@ -8,8 +8,6 @@ R-PRIN-4 (usage over time as a chart).
 
 from __future__ import annotations
 
-import http.client
-import json
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -48,19 +46,6 @@ def page(stack: Stack) -> Iterator[Page]:
         yield tab
 
 
-def _slow_request(stack: Stack) -> http.client.HTTPConnection:
-    """Send a chat request and return without reading the answer."""
-    conn = http.client.HTTPConnection("127.0.0.1", stack.ports["openai"], timeout=30)
-    body = json.dumps({"model": "slow-model", "messages": [{"role": "user", "content": "hi"}]})
-    conn.request(
-        "POST",
-        "/v1/chat/completions",
-        body=body,
-        headers={"Authorization": f"Bearer {stack.token}", "Content-Type": "application/json"},
-    )
-    return conn
-
-
 def _sign_in(page: Page, stack: Stack, path: str) -> None:
     page.goto(stack.openai_url + path)
     assert "/admin/login/" in page.url  # staff only: the login comes first
@@ -79,7 +64,7 @@ def test_status_page_shows_in_flight_change_live_while_a_slow_request_runs(
     page.evaluate("window.__sameDocument = true")  # gone if the page reloads
 
     stack.upstream().server.faults.stall_before_first_byte = 3.0
-    conn = _slow_request(stack)
+    conn = stack.send_chat("slow-model")
     try:
         page.wait_for_selector(f'{ROW}[data-state="busy"]')
         assert row.locator('[data-field="in_flight"]').inner_text().strip() == "1 / 2"
@@ -106,7 +91,7 @@ def test_usage_page_charts_metered_requests_per_principal_and_model_group(
 ) -> None:
     """R-PRIN-4: requests through the Edge appear in the principal's and the group's charts."""
     for _ in range(3):
-        conn = _slow_request(stack)
+        conn = stack.send_chat("slow-model")
         assert conn.getresponse().status == 200
         conn.close()
     _sign_in(page, stack, "/admin/usage/")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import http.client
-import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -93,16 +92,8 @@ def chat(stack: Stack, name: str, model: str = "gpt-test", content: str = "hello
 
 
 def open_stream(stack: Stack, name: str, model: str = "gpt-test") -> http.client.HTTPConnection:
-    """Send a streamed chat and return without reading: the caller finishes or drops it."""
-    conn = http.client.HTTPConnection("127.0.0.1", stack.ports["openai"], timeout=30)
-    body = json.dumps({"model": model, "stream": True, "messages": MESSAGES})
-    conn.request(
-        "POST",
-        "/v1/chat/completions",
-        body=body,
-        headers={"Authorization": f"Bearer {TOKENS[name]}", "Content-Type": "application/json"},
-    )
-    return conn
+    """A streamed chat, sent and not read: the caller finishes or drops it."""
+    return stack.send_chat(model, stream=True, token=TOKENS[name])
 
 
 def finish(conn: http.client.HTTPConnection) -> tuple[int, bytes]:

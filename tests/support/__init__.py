@@ -26,7 +26,9 @@ Modules
     (the same, off the event loop), ``wait_online()``, ``wait_idle()`` (every counter 0),
     ``kill_node(index)``, ``restart_node(index)``, ``reset_upstreams()``, ``clean_slate()``,
     ``create_superuser(username, password)`` (in the Edge's own database), ``logs()``,
-    ``refresh(mode, document) -> (status, report)`` (``POST /refresh``), ``stop()``.
+    ``refresh(mode, document) -> (status, report)`` (``POST /refresh``),
+    ``send_chat(model, stream=False, token=None) -> HTTPConnection`` (sent, not read),
+    ``stop()``.
     ``provider_row(snapshot, provider_id)``: a provider's row of a snapshot.
 ``processes``
     ``ROOT``, ``free_port()``, ``sha256_hex(text)``, ``child_env()``, ``Proc``, the migrated

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import http.client
 import json
 import secrets
 import shutil
@@ -283,6 +284,25 @@ class Stack:
         self.wait_online()
 
     # --- observation -------------------------------------------------------------------------
+
+    def send_chat(
+        self, model: str, *, stream: bool = False, token: str | None = None
+    ) -> http.client.HTTPConnection:
+        """POST a chat completion and return without reading: the caller reads or drops it."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.ports["openai"], timeout=30)
+        body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+        if stream:
+            body["stream"] = True
+        conn.request(
+            "POST",
+            "/v1/chat/completions",
+            body=json.dumps(body),
+            headers={
+                "Authorization": f"Bearer {token or self.token}",
+                "Content-Type": "application/json",
+            },
+        )
+        return conn
 
     def refresh(self, mode: str, document: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """``POST /refresh`` (``dry_run`` or ``apply``) with a whole document; (status, report)."""
