@@ -72,10 +72,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @pytest.fixture(autouse=True)
 def idle_after(stack: Stack) -> Iterator[None]:
-    stack.reset_upstreams()
-    yield
-    stack.reset_upstreams()
-    stack.wait_idle()
+    with stack.clean_slate():
+        yield
 
 
 def client(stack: Stack, name: str, **kwargs: Any) -> openai.OpenAI:
