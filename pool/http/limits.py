@@ -48,14 +48,14 @@ class Quota:
         out: list[tuple[bytes, bytes]] = []
         if self.limit_requests is not None:
             out += [
-                (b"x-ratelimit-limit-requests", str(self.limit_requests).encode()),
-                (b"x-ratelimit-remaining-requests", str(self.remaining_requests).encode()),
+                (b"x-ratelimit-limit-requests", b"%d" % self.limit_requests),
+                (b"x-ratelimit-remaining-requests", b"%d" % self.remaining_requests),
                 (b"x-ratelimit-reset-requests", reset),
             ]
         if self.limit_tokens is not None:
             out += [
-                (b"x-ratelimit-limit-tokens", str(self.limit_tokens).encode()),
-                (b"x-ratelimit-remaining-tokens", str(self.remaining_tokens).encode()),
+                (b"x-ratelimit-limit-tokens", b"%d" % self.limit_tokens),
+                (b"x-ratelimit-remaining-tokens", b"%d" % self.remaining_tokens),
                 (b"x-ratelimit-reset-tokens", reset),
             ]
         return out
