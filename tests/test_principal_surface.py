@@ -1,6 +1,6 @@
-"""A token's requests cancelled while running and while queued: every per-token counter comes
-back to zero (R-PRIN-2, R-PRIN-3, R-POOL-9). In process: a real pool and NodeHub, a scripted
-Node, the OpenAIApp driven the way daphne drives it."""
+"""Per-token policy in the OpenAI surface, in process (a real pool and NodeHub, a scripted
+Node, the OpenAIApp driven the way daphne drives it): cancelled requests return every
+per-token counter to zero (R-PRIN-2, R-PRIN-3, R-POOL-9); streams carry the headers."""
 
 from __future__ import annotations
 
@@ -58,4 +58,23 @@ async def test_a_token_whose_requests_are_all_cancelled_returns_every_counter_to
         assert [r.code for r in runtime.meter.records].count("client_closed") == 4
     finally:
         node.release.set()
+        await runtime.hub.aclose()
+
+
+async def test_a_streamed_answer_carries_the_rate_limit_headers() -> None:
+    """R-PRIN-2: the x-ratelimit-* headers come on the stream's response start too."""
+    runtime = Runtime(policy_document())
+    await FakeNode(runtime.hub).start()
+    app = OpenAIApp(runtime)
+    try:
+        call = await api(app, "POST", "/v1/chat/completions", chat(stream=True)).done()
+        assert call.status == 200
+        assert call.headers[b"content-type"] == b"text/event-stream"
+        assert call.headers[b"x-ratelimit-limit-requests"] == b"100"
+        assert call.headers[b"x-ratelimit-remaining-requests"] == b"99"
+        assert call.headers[b"x-ratelimit-limit-tokens"] == b"100000"
+        assert int(call.headers[b"x-ratelimit-remaining-tokens"]) < 100_000
+        assert call.headers[b"x-ratelimit-reset-requests"].endswith(b"s")
+        assert app.limiter.in_flight("app-a") == 0
+    finally:
         await runtime.hub.aclose()
