@@ -32,6 +32,7 @@ def test_the_policy_keys_load_into_the_snapshot_and_the_canonical_document():
 
 
 def test_omitted_policy_keys_mean_every_model_and_no_limit():
+    """R-PRIN-1, R-PRIN-2: omitted = every group, no limit."""
     (token,) = load_snapshot(_with_token()).principal_tokens
     assert token.models is None
     assert (token.max_in_flight, token.rpm, token.tpm, token.max_queued) == (None,) * 4
@@ -55,6 +56,7 @@ def test_a_zero_or_negative_limit_is_a_load_error_naming_its_path(key, value):
 
 
 def test_an_empty_models_list_is_refused():
+    """R-PRIN-1: omit ``models`` for every group; an empty list is refused, not guessed."""
     issues = load_issues(_with_token(models=[]))
     assert len(issues) == 1 and issues[0].startswith("openai.principal_tokens[0].models: ")
 

@@ -59,6 +59,7 @@ def test_the_window_resets_exactly_at_the_minute_edge(clock: Clock) -> None:
 def test_retry_after_is_the_time_to_the_next_window_in_whole_and_milli_seconds(
     clock: Clock,
 ) -> None:
+    """R-PRIN-2: Retry-After is the time to the next window, in seconds and in ms."""
     clock.now = 1000.25  # 19.75 s before the edge at 1020
     lim = limiter(clock)
     lim.admit("t", TokenLimits(rpm=1), 1)
@@ -76,6 +77,7 @@ def test_retry_after_is_the_time_to_the_next_window_in_whole_and_milli_seconds(
 def test_tokens_per_window_count_the_input_estimate_up_to_the_limit_exactly(
     clock: Clock,
 ) -> None:
+    """R-PRIN-2: tokens per window count the input estimate up to the limit exactly."""
     lim = limiter(clock)
     limits = TokenLimits(tpm=100)
     lim.admit("t", limits, 60)
@@ -105,6 +107,7 @@ def test_real_usage_replaces_the_estimate_when_the_run_ends(clock: Clock) -> Non
 
 
 def test_usage_reported_after_the_window_passed_charges_only_the_excess(clock: Clock) -> None:
+    """R-PRIN-2: usage reported after the window passed charges only the excess."""
     clock.now = 1010.0
     lim = limiter(clock)
     limits = TokenLimits(tpm=100)
@@ -119,6 +122,7 @@ def test_usage_reported_after_the_window_passed_charges_only_the_excess(clock: C
 def test_a_request_larger_than_the_whole_budget_runs_alone_in_a_fresh_window(
     clock: Clock,
 ) -> None:
+    """R-PRIN-2: a request larger than the whole budget runs alone in a fresh window."""
     lim = limiter(clock)
     limits = TokenLimits(tpm=100)
     big = lim.admit("t", limits, 500)
@@ -130,6 +134,7 @@ def test_a_request_larger_than_the_whole_budget_runs_alone_in_a_fresh_window(
 
 
 def test_max_in_flight_refuses_until_a_request_ends(clock: Clock) -> None:
+    """R-PRIN-2: max in flight refuses until a request ends."""
     lim = limiter(clock)
     limits = TokenLimits(max_in_flight=2)
     first = lim.admit("t", limits, 1)
@@ -159,6 +164,7 @@ def test_a_token_whose_requests_are_all_cancelled_returns_to_zero_in_flight(
 
 
 def test_tokens_are_counted_apart(clock: Clock) -> None:
+    """R-PRIN-2: tokens are counted apart."""
     lim = limiter(clock)
     limits = TokenLimits(rpm=1)
     lim.admit("a", limits, 1)
@@ -182,6 +188,7 @@ def test_a_lowered_limit_applies_to_the_next_admission_and_cancels_nothing(
 
 
 def test_a_revoked_token_is_forgotten_once_idle(clock: Clock) -> None:
+    """R-PRIN-2: a revoked token is forgotten once idle."""
     lim = limiter(clock)
     busy = lim.admit("gone", TokenLimits(rpm=10), 1)
     lim.admit("kept", TokenLimits(rpm=10), 1)
@@ -193,6 +200,7 @@ def test_a_revoked_token_is_forgotten_once_idle(clock: Clock) -> None:
 
 
 def test_a_short_window_keeps_its_own_edges(clock: Clock) -> None:
+    """R-PRIN-2: a short window keeps its own edges."""
     clock.now = 10.4
     lim = limiter(clock, window_s=0.5)  # windows [10.0, 10.5), [10.5, 11.0)
     lim.admit("t", TokenLimits(rpm=1), 1)
@@ -204,6 +212,7 @@ def test_a_short_window_keeps_its_own_edges(clock: Clock) -> None:
 
 
 def test_reset_durations_read_like_openai_headers() -> None:
+    """R-PRIN-2: reset durations read like openai headers."""
     assert format_duration(59.0) == b"59s"
     assert format_duration(1.5) == b"1.5s"
     assert format_duration(0.02) == b"0.02s"

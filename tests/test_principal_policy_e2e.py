@@ -292,7 +292,7 @@ def test_lowering_a_limit_live_never_cancels_running_requests(stack: Stack) -> N
 
 
 def test_a_principal_token_removed_live_is_refused_at_once(stack: Stack) -> None:
-    """REVIEW: revocation is live; the removed token's running request still finishes."""
+    """R-REF-2: removing a token is a live change; its running request still finishes."""
     assert chat(stack, "revoked").http_response.status_code == 200
     hold = Hold(stack.upstream())
     running = open_stream(stack, "revoked", "other-model")

@@ -31,6 +31,7 @@ def row(hours_ago: int, key: str, requests: int = 1, errors: int = 0, tin: int =
 
 
 def test_the_hourly_window_ends_with_the_current_hour():
+    """R-PRIN-4: the hourly window ends with the current hour."""
     window = window_for("24h", NOW)
     assert window.step == "hour"
     assert window.starts[-1] == datetime(2026, 3, 10, 14, tzinfo=UTC)
@@ -38,12 +39,14 @@ def test_the_hourly_window_ends_with_the_current_hour():
 
 
 def test_the_daily_window_ends_with_today():
+    """R-PRIN-4: the daily window ends with today."""
     window = window_for("30d", NOW)
     assert window.starts[-1] == datetime(2026, 3, 10, tzinfo=UTC)
     assert len(window.starts) == 30 and window.step == "day"
 
 
 def test_an_unknown_range_falls_back_to_the_last_24_hours():
+    """R-PRIN-4: an unknown range falls back to the last 24 hours."""
     assert window_for("forever", NOW) == window_for("24h", NOW)
 
 
@@ -61,6 +64,7 @@ def test_rows_land_in_their_bucket_and_keys_are_ranked_by_requests():
 
 
 def test_daily_buckets_sum_the_hours_of_a_day():
+    """R-PRIN-4: daily buckets sum the hours of a day."""
     window = window_for("30d", NOW)
     section = build_section([row(1, "g", 2), row(3, "g", 3), row(30, "g", 4)], window)
     values = section.charts[0].panels[0].series[0].values
@@ -68,11 +72,13 @@ def test_daily_buckets_sum_the_hours_of_a_day():
 
 
 def test_rows_outside_the_window_are_left_out():
+    """R-PRIN-4: rows outside the window are left out."""
     window = window_for("24h", NOW)
     assert build_section([row(24, "old"), row(-1, "future")], window).charts == ()
 
 
 def test_the_polyline_maps_values_onto_the_plot_area():
+    """R-PRIN-4: the polyline maps values onto the plot area."""
     window = window_for("24h", NOW)
     chart = build_section([row(0, "k", 4)], window).charts[0]
     panel = chart.panels[0]
@@ -84,6 +90,7 @@ def test_the_polyline_maps_values_onto_the_plot_area():
 
 
 def test_only_the_busiest_keys_get_a_chart_and_the_rest_are_counted():
+    """R-PRIN-4: only the busiest keys get a chart and the rest are counted."""
     window = window_for("24h", NOW)
     rows = [row(0, f"k{i:02d}", requests=i + 1) for i in range(MAX_CHARTS + 3)]
     section = build_section(rows, window)
@@ -92,10 +99,12 @@ def test_only_the_busiest_keys_get_a_chart_and_the_rest_are_counted():
 
 
 def test_axis_maxima_are_readable_numbers():
+    """R-PRIN-4: axis maxima are readable numbers."""
     assert [nice_top(v) for v in (0, 1, 3, 7, 11, 4500)] == [1, 1, 5, 10, 20, 5000]
 
 
 def test_x_labels_are_hours_for_a_day_and_dates_for_a_month():
+    """R-PRIN-4: x labels are hours for a day and dates for a month."""
     assert x_labels(window_for("24h", NOW))[0][1].endswith(":00")
     assert x_labels(window_for("30d", NOW))[0][1] == "02-09"
 
@@ -151,6 +160,7 @@ def test_the_page_draws_a_chart_per_principal_and_per_model_group(staff):
 
 @pytest.mark.django_db
 def test_the_page_filters_by_principal_and_model_group(staff):
+    """R-PRIN-4: the page filters by principal and model group."""
     ledger(0, "team-a", "gpt", 3)
     ledger(0, "team-a", "glm", 2)
     ledger(0, "team-b", "gpt", 4)
@@ -162,6 +172,7 @@ def test_the_page_filters_by_principal_and_model_group(staff):
 
 @pytest.mark.django_db
 def test_the_daily_range_reaches_back_past_a_day(staff):
+    """R-PRIN-4: the daily range reaches back past a day."""
     ledger(50, "team-old", "gpt", 6)
     hourly = staff.get(reverse("usage-chart"))
     assert b'data-key="team-old"' not in hourly.content
@@ -171,5 +182,6 @@ def test_the_daily_range_reaches_back_past_a_day(staff):
 
 @pytest.mark.django_db
 def test_the_page_is_for_staff_only(client):
+    """R-PRIN-4: the page is for staff only."""
     response = client.get(reverse("usage-chart"))
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
