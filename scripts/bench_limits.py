@@ -1,10 +1,11 @@
 """`make bench` cell: what per-token policy checks cost at c=16 (R-PRIN-1..3).
 
-One Edge with two principal tokens: ``plain`` (no policy) and ``limited`` (a model scope,
-max_in_flight, rpm, tpm and max_queued, all too high to ever refuse). wrk runs non-stream
-chat at c=16 with each token in turn, order alternating per round, on the same Edge and
-upstream; the figure is the ratio of the medians. Reports, never asserts
-(docs/performance.md, "Per-token limits").
+One Edge with three principal tokens: ``plain`` and ``control`` (no policy) and ``limited``
+(a model scope, max_in_flight, rpm, tpm and max_queued, all too high to ever refuse). wrk
+runs non-stream chat at c=16 with each token in turn, the order rotating per round, on the
+same Edge and upstream. The cost is the ratio of the medians of ``limited`` and ``plain``;
+the same ratio for ``control`` (an A/A run) is the noise floor of that invocation. Reports,
+never asserts (docs/performance.md, "Per-token limits").
 
 Alone: ``.venv/bin/python scripts/bench_limits.py [--seconds 3 --rounds 5]``.
 """
@@ -33,6 +34,7 @@ from tests.harness import Stack, sha256_hex  # noqa: E402
 CONCURRENCY = 16
 BODY = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "ping"}]}).encode()
 NEVER = 2**31 - 1
+TOKENS = ("plain", "control", "limited")
 LIMITED_POLICY = {
     "models": ["bench"],
     "max_in_flight": 100_000,
@@ -53,7 +55,7 @@ def _token(name: str, raw: str, policy: dict[str, Any]) -> dict[str, Any]:
 
 def measure(upstream_port: int, seconds: float, rounds: int) -> dict[str, Any]:
     """Median requests/s of each token over ``rounds`` interleaved wrk runs on one Edge."""
-    raw = {name: "bench-" + secrets.token_urlsafe(24) for name in ("plain", "limited")}
+    raw = {name: "bench-" + secrets.token_urlsafe(24) for name in TOKENS}
     load_before = os.getloadavg()
     with (
         tempfile.TemporaryDirectory(prefix="iop-bench-limits-") as directory,
@@ -72,8 +74,8 @@ def measure(upstream_port: int, seconds: float, rounds: int) -> dict[str, Any]:
             pool={"max_queue": 1024},
             openai={
                 "principal_tokens": [
-                    _token("plain", raw["plain"], {}),
-                    _token("limited", raw["limited"], LIMITED_POLICY),
+                    _token(name, raw[name], LIMITED_POLICY if name == "limited" else {})
+                    for name in TOKENS
                 ]
             },
             log_level="WARNING",
@@ -82,12 +84,12 @@ def measure(upstream_port: int, seconds: float, rounds: int) -> dict[str, Any]:
         url = stack.v1_url + "/chat/completions"
         assert stack.edge is not None and stack.edge.popen is not None
         edge_pid = stack.edge.popen.pid
-        cpu_ms: dict[str, list[float]] = {"plain": [], "limited": []}
+        cpu_ms: dict[str, list[float]] = {name: [] for name in TOKENS}
         for token in raw.values():  # warm-up: connections, caches
             run_wrk(url, BODY, token, CONCURRENCY, 1)
-        runs: dict[str, list[WrkResult]] = {"plain": [], "limited": []}
+        runs: dict[str, list[WrkResult]] = {name: [] for name in TOKENS}
         for turn in range(rounds):
-            order = ["plain", "limited"] if turn % 2 == 0 else ["limited", "plain"]
+            order = TOKENS[turn % 3 :] + TOKENS[: turn % 3]
             for name in order:
                 cpu_before = cpu_seconds(edge_pid)
                 result = run_wrk(url, BODY, raw[name], CONCURRENCY, seconds)
@@ -115,6 +117,7 @@ def measure(upstream_port: int, seconds: float, rounds: int) -> dict[str, Any]:
         "edge_cpu_ms": {name: round(statistics.median(found), 4) for name, found in cpu_ms.items()},
         "errors": {name: sum(r.errors for r in found) for name, found in runs.items()},
         "cost_pct": round(100 * (1 - medians["limited"] / medians["plain"]), 2),
+        "noise_pct": round(100 * (1 - medians["control"] / medians["plain"]), 2),
         "check_us": round(check_cost_us(), 3),
         "load_before": [round(v, 2) for v in load_before],
         "load_after": [round(v, 2) for v in os.getloadavg()],
@@ -144,9 +147,12 @@ def render(result: dict[str, Any]) -> str:
             f"{result['rounds']} x {result['seconds']:g} s (interleaved, one Edge):",
             f"  no policy      {med['plain']:8.0f} req/s  p50 {p50['plain']:.2f} ms  "
             f"edge CPU {cpu['plain']:.3f} ms/req",
+            f"  no policy (A/A){med['control']:8.0f} req/s  p50 {p50['control']:.2f} ms  "
+            f"edge CPU {cpu['control']:.3f} ms/req",
             f"  scope + limits {med['limited']:8.0f} req/s  p50 {p50['limited']:.2f} ms  "
             f"edge CPU {cpu['limited']:.3f} ms/req",
-            f"  cost {result['cost_pct']:+.2f}% throughput (target < 3%); errors "
+            f"  cost {result['cost_pct']:+.2f}% throughput (target < 3%); noise floor "
+            f"(A/A) {result['noise_pct']:+.2f}%; errors "
             f"{result['errors']}; load average {result['load_before']} -> "
             f"{result['load_after']}",
             f"  in process: {result['check_us']:.2f} us per request for admit + headers + finish",
