@@ -29,7 +29,7 @@ sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "scripts")) if p not in sys.pa
 
 from bench_client import WrkResult, cpu_seconds, run_wrk  # noqa: E402
 
-from tests.harness import Stack, sha256_hex  # noqa: E402
+from tests.support import Stack, sha256_hex  # noqa: E402
 
 CONCURRENCY = 16
 BODY = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "ping"}]}).encode()

@@ -8,8 +8,8 @@ import asyncio
 from typing import Any
 
 from pool.http.app import OpenAIApp
-from tests.harness.inprocess import WAIT, FakeNode, Runtime, until
-from tests.test_http_app import TOKEN, api, chat, document, sha
+from tests.support import sha256_hex
+from tests.support.inprocess import TOKEN, WAIT, FakeNode, Runtime, api, chat, document, until
 
 POLICY = {"max_in_flight": 5, "tpm": 100_000, "rpm": 100, "max_queued": 3}
 
@@ -18,7 +18,12 @@ def policy_document() -> dict[str, Any]:
     doc = document()
     doc["provider_pool"] = {"max_queue": 4, "queue_timeout_ms": 30000}
     doc["openai"]["principal_tokens"] = [
-        {"token_ref": "app-a", "token_hash_sha256": sha(TOKEN), "principal_ref": "team-a", **POLICY}
+        {
+            "token_ref": "app-a",
+            "token_hash_sha256": sha256_hex(TOKEN),
+            "principal_ref": "team-a",
+            **POLICY,
+        }
     ]
     return doc
 
