@@ -5,16 +5,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from catalog.config import EdgeSnapshot, HostPort
+from catalog.config import EdgeSnapshot
 from nodes import wire
 
 log = logging.getLogger("iop.edge")
-
-
-def endpoint(listen: HostPort, backlog: int = 1024) -> str:
-    """A Twisted endpoint string; IPv6 colons are escaped, the backlog raised from 50."""
-    host = listen.host.strip("[]").replace(":", r"\:")
-    return f"tcp:port={listen.port}:interface={host}:backlog={backlog}"
 
 
 def _tune_daphne() -> None:
@@ -40,8 +34,14 @@ def _tune_daphne() -> None:
 
 
 def serve(snapshot: EdgeSnapshot, *, on_ready: Callable[[], None] | None = None) -> None:
-    """Run until SIGINT/SIGTERM, then drain. daphne.server must be imported before the reactor."""
+    """Run until SIGINT/SIGTERM, then drain. daphne.server must be imported before the reactor.
+    Raises ``TLSFileError`` before listening when a TLS file cannot be used (R-TLS-1)."""
     import daphne.server  # noqa: F401  (installs the asyncio reactor first)
+
+    from iop_site.tls import Endpoints, listeners
+
+    endpoints = Endpoints(listeners(snapshot))
+    endpoints.install()
 
     _tune_daphne()
 
@@ -58,15 +58,12 @@ def serve(snapshot: EdgeSnapshot, *, on_ready: Callable[[], None] | None = None)
         heartbeat_timeout_s=settings.IOP_NODE_HEARTBEAT_TIMEOUT_S,
     )
     attach_runtime(runtime)
-    listeners = [snapshot.edge_listen, snapshot.admin_listen]
-    if snapshot.openai_enabled:
-        listeners.append(snapshot.openai_listen)
     server = EdgeServer(
         build_application(runtime),
         runtime=runtime,
         public_port=snapshot.openai_listen.port,
         grace_s=settings.IOP_SHUTDOWN_GRACE_S,
-        endpoints=[endpoint(listen) for listen in listeners],
+        endpoints=endpoints.descriptions,
         signal_handlers=True,
         action_logger=None,  # the access log writes on the loop (docs/architecture.md)
         websocket_timeout=-1,  # never drop Nodes after a day

@@ -14,11 +14,15 @@ import random
 import ssl
 import time
 from collections.abc import Callable
-from typing import Any
 from urllib.parse import urlsplit
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.exceptions import (
+    ConnectionClosed,
+    InvalidHandshake,
+    InvalidMessage,
+    InvalidStatus,
+)
 
 from nodes import wire
 from nodes.agent import __version__
@@ -139,13 +143,6 @@ class NodeClient:
         finally:
             stop_wait.cancel()
 
-    def _tls(self) -> dict[str, Any]:
-        """A context trusting tls.ca_file for wss://; websockets' default otherwise."""
-        tls = self.config.tls
-        if self.config.edge_url.startswith("wss://") and tls is not None and tls.ca_file:
-            return {"ssl": ssl.create_default_context(cafile=tls.ca_file)}
-        return {}
-
     async def _connect_once(self) -> None:
         url = self.config.edge_url
         try:
@@ -169,7 +166,7 @@ class NodeClient:
                 open_timeout=self.open_timeout_s,
                 close_timeout=self.close_timeout_s,
                 logger=_ws_log,
-                **self._tls(),
+                ssl=tls_context(self.config),
             ) as ws:
                 await self._serve(ws)
         except InvalidStatus as exc:
@@ -181,7 +178,13 @@ class NodeClient:
             else:
                 log.warning("the Edge answered the upgrade with HTTP %d", status)
         except (OSError, TimeoutError, InvalidHandshake) as exc:
-            log.warning("cannot connect to %s: %s", _safe_url(url), exc)
+            tls_error = _tls_cause(exc)
+            if tls_error is not None:  # R-TLS-2: one clear line, then the usual backoff
+                log.error("TLS with %s failed: %s", _safe_url(url), _describe_tls(tls_error))
+            elif url.startswith("wss://") and isinstance(exc, InvalidMessage):
+                log.error("TLS with %s failed: %s", _safe_url(url), self._closed_in_handshake())
+            else:
+                log.warning("cannot connect to %s: %s", _safe_url(url), exc)
         except ConnectionClosed as exc:
             _log_close(exc)
         except wire.WireError as exc:
@@ -189,6 +192,20 @@ class NodeClient:
         finally:
             self._serving = False
             self.router = None
+
+    def _closed_in_handshake(self) -> str:
+        """TLS 1.3 servers refuse a client certificate after the handshake: the Node sees
+        only a closed connection, so it says what the likely cause is."""
+        tls = self.config.tls
+        if tls is None or tls.cert_file is None:
+            return (
+                "the Edge closed the connection before answering; if it requires client "
+                "certificates (mutual TLS), set tls.cert_file and tls.key_file"
+            )
+        return (
+            "the Edge closed the connection before answering: it likely refused this "
+            "node's client certificate (tls.cert_file must be signed by its client_ca_file)"
+        )
 
     async def _serve(self, ws: ClientConnection) -> None:
         async def send(message: wire.NodeToEdge) -> None:
@@ -263,6 +280,47 @@ class NodeClient:
             await asyncio.sleep(interval_s)
             with contextlib.suppress(Exception):
                 await send(wire.Ping(ts=time.time()))
+
+
+def tls_context(config: NodeConfig) -> ssl.SSLContext | None:
+    """For wss://: verify the Edge against tls.ca_file (else the system store), TLS 1.2+,
+    and present tls.cert_file when configured (R-TLS-2). None for ws://."""
+    if not config.edge_url.startswith("wss://"):
+        return None
+    tls = config.tls
+    context = ssl.create_default_context(cafile=tls.ca_file if tls else None)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if tls is not None and tls.cert_file and tls.key_file:
+        context.load_cert_chain(tls.cert_file, tls.key_file)
+    return context
+
+
+def _tls_cause(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind a failed connection, however websockets wrapped it."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return None
+        if isinstance(seen, ssl.SSLError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _describe_tls(error: ssl.SSLError) -> str:
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return (
+            f"the Edge's certificate was refused ({error.verify_message}): "
+            "check tls.ca_file and the host name in edge_url"
+        )
+    reason = error.reason or str(error)
+    if (
+        "CERTIFICATE_REQUIRED" in reason
+        or "CERTIFICATE_UNKNOWN" in reason
+        or ("BAD_CERTIFICATE" in reason or "UNKNOWN_CA" in reason)
+    ):
+        return f"the Edge refused this node's client certificate ({reason}): check tls.cert_file"
+    return reason
 
 
 def _log_close(exc: ConnectionClosed) -> None:

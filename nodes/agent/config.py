@@ -1,15 +1,18 @@
 """node.yaml: load, validate, report every error with its path (R-AUTH-4).
 
-Keys: node_id, edge_url, token ({env}|{file}), tls {ca_file}, credential_plane {...}.
+Keys: node_id, edge_url, token ({env}|{file}), tls {ca_file, cert_file, key_file},
+allow_plaintext, policy {...} (nodes.agent.policy), credential_plane {...}.
 Unknown keys are rejected; a literal token is rejected; relative file paths are read
 relative to the config file's directory.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -22,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from nodes.agent.policy import NodePolicy
 from nodes.wire import SecretRefPayload
 
 MAX_REPLAY_CACHE = 1_000_000
@@ -78,12 +82,23 @@ class TokenRef(_Strict):
 
 
 class TlsConfig(_Strict):
-    ca_file: _NonEmpty | None = None
+    """R-TLS-2: the CA to verify the Edge against (else the system store), and the client
+    certificate to present when the Edge requires mutual TLS."""
 
-    @field_validator("ca_file")
+    ca_file: _NonEmpty | None = None
+    cert_file: _NonEmpty | None = None
+    key_file: _NonEmpty | None = None
+
+    @field_validator("ca_file", "cert_file", "key_file")
     @classmethod
-    def _ca_is_file(cls, value: str | None, info: ValidationInfo) -> str | None:
+    def _is_file(cls, value: str | None, info: ValidationInfo) -> str | None:
         return None if value is None else _file_ref(value, info)
+
+    @model_validator(mode="after")
+    def _cert_with_key(self) -> TlsConfig:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("set cert_file and key_file together")
+        return self
 
 
 class CredentialPlane(_Strict):
@@ -106,6 +121,8 @@ class NodeConfig(_Strict):
     edge_url: _NonEmpty
     token: TokenRef
     tls: TlsConfig | None = None
+    allow_plaintext: Annotated[bool, Field(strict=True)] = False
+    policy: NodePolicy | None = None
     credential_plane: CredentialPlane | None = None
 
     @field_validator("edge_url")
@@ -131,6 +148,8 @@ _MESSAGES: dict[str, Callable[[dict[str, Any]], str]] = {
     "greater_than_equal": lambda ctx: f"must be >= {ctx['ge']}",
     "int_type": lambda ctx: "must be an integer",
     "string_type": lambda ctx: "must be a string",
+    "bool_type": lambda ctx: "must be true or false",
+    "list_type": lambda ctx: "must be a list",
     "string_too_short": lambda ctx: "must not be empty",
     "string_pattern_mismatch": lambda ctx: "must not contain whitespace",
     "model_type": lambda ctx: "must be a mapping",
@@ -155,10 +174,26 @@ def _format(exc: ValidationError) -> list[str]:
     return errors
 
 
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _cross_checks(data: dict[str, Any]) -> list[str]:
     """Rules across keys, checked on the raw document so they join the field errors."""
     errors = []
     url = data.get("edge_url")
+    if isinstance(url, str) and url.startswith("ws://") and data.get("allow_plaintext") is not True:
+        host = urlsplit(url).hostname or ""
+        if not _is_loopback(host):
+            errors.append(
+                f"edge_url: ws:// to {host} (not loopback) sends the token and every prompt "
+                "in cleartext: use wss:// or set allow_plaintext: true (R-TLS-2)"
+            )
     if (
         data.get("credential_plane") is not None
         and isinstance(url, str)

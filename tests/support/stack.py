@@ -87,6 +87,7 @@ class Stack:
         models: list[dict[str, Any]] | None = None,
         nodes: list[dict[str, Any]] | None = None,
         openai: dict[str, Any] | None = None,
+        edge: dict[str, Any] | None = None,
         pool: dict[str, Any] | None = None,
         profiles: dict[str, Any] | None = None,
         env: dict[str, str] | None = None,
@@ -98,6 +99,7 @@ class Stack:
         self._nodes_spec = nodes or [{"id": "node-1", "providers": providers or DEFAULT_PROVIDERS}]
         self._models = models or DEFAULT_MODELS
         self._openai = openai or {}
+        self._edge = edge or {}  # e.g. {"tls": {...}}: Nodes then dial wss://
         self._pool = pool or {}
         self._profiles = profiles or {}
         self._env = env or {}
@@ -114,7 +116,13 @@ class Stack:
 
     @property
     def openai_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports['openai']}"
+        scheme = "https" if self._openai.get("tls") else "http"
+        return f"{scheme}://127.0.0.1:{self.ports['openai']}"
+
+    @property
+    def node_url(self) -> str:
+        scheme = "wss" if self._edge.get("tls") else "ws"
+        return f"{scheme}://127.0.0.1:{self.ports['edge']}/ws/node"
 
     @property
     def v1_url(self) -> str:
@@ -136,7 +144,8 @@ class Stack:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def start(self) -> Self:
+    def start(self, *, wait_online: bool = True) -> Self:
+        """Start everything; unless told otherwise, wait until every provider is online."""
         atexit.register(self.stop)  # no child process outlives a crashed test run
         try:
             for name, kind in self._upstream_kinds.items():
@@ -144,9 +153,10 @@ class Stack:
             self._write_config()
             self._start_edge()
             for spec in self._nodes_spec:
-                self.nodes.append(self._node_proc(spec["id"]))
+                self.nodes.append(self._node_proc(spec["id"], spec.get("config", {})))
                 self.nodes[-1].start()
-            self.wait_online()
+            if wait_online:
+                self.wait_online()
         except BaseException:
             self.stop()
             raise
@@ -179,6 +189,7 @@ class Stack:
                 "id": "edge-test",
                 "listen": f"127.0.0.1:{self.ports['edge']}",
                 "bootstrap_dir": str(self.dir / "bootstrap"),
+                **self._edge,
             },
             "admin": {"listen": f"127.0.0.1:{self.ports['admin']}"},
             "openai": openai,
@@ -247,17 +258,11 @@ class Stack:
                 raise RuntimeError(f"the Edge did not start in {START_TIMEOUT_S}s:\n{self.logs()}")
             time.sleep(0.05)
 
-    def _node_proc(self, node_id: str) -> Proc:
+    def _node_proc(self, node_id: str, extra: dict[str, Any]) -> Proc:
+        """``extra``: more node.yaml keys (tls, policy, allow_plaintext, edge_url)."""
         path = self.dir / f"{node_id}.yaml"
-        path.write_text(
-            yaml.safe_dump(
-                {
-                    "node_id": node_id,
-                    "edge_url": f"ws://127.0.0.1:{self.ports['edge']}/ws/node",
-                    "token": {"env": "IOP_NODE_TOKEN"},
-                }
-            )
-        )
+        doc = {"node_id": node_id, "edge_url": self.node_url, "token": {"env": "IOP_NODE_TOKEN"}}
+        path.write_text(yaml.safe_dump({**doc, **extra}))
         env = child_env({"IOP_NODE_TOKEN": self._node_tokens[node_id], **self._env})
         argv = [
             sys.executable,

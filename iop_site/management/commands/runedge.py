@@ -19,6 +19,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         from catalog.config import ConfigError
         from iop_site.server import serve
+        from iop_site.tls import TLSFileError, listeners
         from refresh.startup import startup_snapshot
 
         try:
@@ -27,13 +28,13 @@ class Command(BaseCommand):
             for issue in exc.issues:
                 self.stderr.write(str(issue))
             raise CommandError(f"invalid config: {len(exc.issues)} error(s)") from None
-        listeners = {"edge": snapshot.edge_listen, "admin": snapshot.admin_listen}
-        if snapshot.openai_enabled:
-            listeners["openai"] = snapshot.openai_listen
+        names = " ".join(f"{it.role}={it.url()}" for it in listeners(snapshot))
 
         def ready() -> None:
-            names = " ".join(f"{role}=http://{listen}" for role, listen in listeners.items())
-            sys.stdout.write(f"IOP Edge ready: {names}\n")
+            sys.stdout.write(f"IOP Edge ready: {names}\n")  # R-TLS-1: https:// and wss://
             sys.stdout.flush()
 
-        serve(snapshot, on_ready=ready)
+        try:
+            serve(snapshot, on_ready=ready)
+        except TLSFileError as exc:
+            raise CommandError(f"cannot start: {exc}") from None

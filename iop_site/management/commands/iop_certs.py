@@ -1,0 +1,57 @@
+"""python manage.py iop_certs DIR --name HOST ... --node NODE_ID ...: a local CA, an Edge
+server certificate and Node client certificates, so TLS is two commands (docs/node.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from iop_site import certs
+
+
+class Command(BaseCommand):
+    help = (
+        "Mint a local CA (reused when DIR already holds ca.crt/ca.key), an Edge server "
+        "certificate for the given names/IPs, and one client certificate per Node."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("directory", help="where to write the PEM files")
+        parser.add_argument(
+            "--name",
+            action="append",
+            default=[],
+            help="a DNS name or IP address the Nodes and clients use for the Edge (repeat)",
+        )
+        parser.add_argument(
+            "--node", action="append", default=[], help="a Node id to issue a client cert for"
+        )
+        parser.add_argument(
+            "--days", type=int, default=certs.DEFAULT_DAYS, help="leaf certificate lifetime"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        directory = Path(options["directory"])
+        names: list[str] = options["name"] or ["localhost", "127.0.0.1"]
+        if options["days"] < 1:
+            raise CommandError("--days must be >= 1")
+        ca_cert, ca_key = directory / "ca.crt", directory / "ca.key"
+        if ca_cert.exists() and ca_key.exists():
+            try:
+                ca = certs.load(ca_cert, ca_key)
+            except (OSError, ValueError) as exc:
+                raise CommandError(f"cannot reuse the CA in {directory}: {exc}") from None
+            self.stdout.write(f"reusing CA {ca_cert}")
+        else:
+            ca = certs.new_ca()
+            ca.write(directory, "ca")
+            self.stdout.write(f"CA: {ca_cert} (keep {ca_key} offline)")
+        edge = certs.issue(ca, names[0], names=names, server=True, days=options["days"])
+        cert, key = edge.write(directory, "edge")
+        self.stdout.write(f"Edge: {cert} {key} for {', '.join(names)}")
+        for node_id in options["node"]:
+            node = certs.issue(ca, node_id, server=False, days=options["days"])
+            cert, key = node.write(directory, f"node-{node_id}")
+            self.stdout.write(f"Node {node_id}: {cert} {key}")
