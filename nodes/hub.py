@@ -154,7 +154,15 @@ class NodeHub:
             await self._on_ready(session, message)
         elif isinstance(message, wire.Ping):
             await session.transport.send(wire.encode(wire.Pong(ts=message.ts)))
-        elif isinstance(message, wire.ConfigRefreshAck) and not message.ok:
+        elif isinstance(message, wire.ConfigRefreshAck):
+            self._on_refresh_ack(session, message)
+        # Pong only refreshes last_seen.
+
+    def _on_refresh_ack(self, session: NodeSession, message: wire.ConfigRefreshAck) -> None:
+        if session.state == READY:
+            refused = _refusals(session.node_id, message.unavailable)
+            self._pool.node_refused(session.node_id, session.generation, refused)
+        if not message.ok:
             # The Node kept a payload it could not fully build: the next apply pushes again,
             # even an unchanged one, so fixing the Node's environment and re-applying works.
             if message.revision == session.revision:
@@ -165,7 +173,6 @@ class NodeHub:
                 message.revision,
                 message.error,
             )
-        # Pong only refreshes last_seen.
 
     async def _on_register(self, session: NodeSession, message: wire.Register) -> None:
         if message.node_id != session.node_id or message.protocol != wire.PROTOCOL_VERSION:
@@ -203,7 +210,8 @@ class NodeHub:
         log.info("node %s generation %s ready", session.node_id, session.generation)
         # A refresh applied while this Node was pending reaches it now (R-NODE-4).
         await self._push_if_changed(session)
-        self._pool.node_ready(session.node_id, session.generation)
+        refused = _refusals(session.node_id, message.unavailable)
+        self._pool.node_ready(session.node_id, session.generation, refused)
 
     # --- runs --------------------------------------------------------------------------------
 
@@ -305,3 +313,14 @@ class NodeHub:
             self._spawn(session.transport.close(wire.CLOSE_SHUTDOWN))
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=2)
+
+
+MAX_REASON_CHARS = 300  # a Node's reason is shown on the status page: bounded
+
+
+def _refusals(node_id: str, unavailable: dict[str, str]) -> dict[str, str]:
+    """The providers a Node will not run (R-TLS-3), reasons bounded, each logged once here."""
+    refused = {pid: reason[:MAX_REASON_CHARS] for pid, reason in unavailable.items()}
+    for provider_id, reason in sorted(refused.items()):
+        log.warning("node %s will not run provider %s: %s", node_id, provider_id, reason)
+    return refused

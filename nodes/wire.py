@@ -107,8 +107,12 @@ class Register(_Msg, tag="register"):
 
 
 class Ready(_Msg, tag="ready"):
+    """The payload is applied. ``unavailable``: providers this Node will not run, by id, with
+    the reason (its own policy refused them, a secret is missing...; R-TLS-3)."""
+
     generation: int
     revision: str
+    unavailable: dict[str, str] = {}
 
 
 class RunEvent(_Msg, tag="run_event"):
@@ -132,6 +136,7 @@ class ConfigRefreshAck(_Msg, tag="config_refresh_ack"):
     revision: str
     ok: bool = True
     error: str | None = None
+    unavailable: dict[str, str] = {}  # as in ``Ready``, for the refreshed payload
 
 
 class Ping(_Msg, tag="ping"):

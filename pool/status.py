@@ -25,7 +25,7 @@ from rest_framework.views import APIView
 from edgekit.running import get_runtime
 
 # Most to least urgent; the summary line lists counts in this order.
-STATES = ("saturated", "busy", "idle", "disabled", "offline")
+STATES = ("saturated", "busy", "idle", "disabled", "unavailable", "offline")
 POLL_INTERVAL_MS = 1000
 
 
@@ -43,7 +43,10 @@ def read_snapshot() -> dict[str, Any]:
 
 
 def provider_state(row: Mapping[str, Any]) -> str:
-    """offline, disabled, saturated (no free slot), busy (some in flight) or idle."""
+    """unavailable (its Node refused it, R-TLS-3), offline, disabled, saturated (no free
+    slot), busy (some in flight) or idle."""
+    if row.get("unavailable"):
+        return "unavailable"
     if not row["online"]:
         return "offline"
     if not row["enabled"]:
@@ -96,6 +99,9 @@ class ProviderStatusSerializer(serializers.Serializer):
     queued = serializers.IntegerField(help_text="pending requests that list this provider")
     priority = serializers.IntegerField()
     enabled = serializers.BooleanField()
+    unavailable = serializers.CharField(
+        allow_null=True, help_text="why its Node refused to run it (R-TLS-3), else null"
+    )
 
 
 class PoolSnapshotSerializer(serializers.Serializer):

@@ -81,4 +81,5 @@ def test_snapshot_as_dict_is_json_ready_r_pool_8() -> None:
         "priority": 20,
         "enabled": True,
         "long_capacity": 1,
+        "unavailable": None,
     }

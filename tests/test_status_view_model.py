@@ -34,6 +34,7 @@ def _row(provider_id: str = "p", node_id: str = "n", **figures: Any) -> dict[str
         ({"in_flight": 2, "enabled": False}, "disabled"),  # draining leases after a disable
         ({"online": False, "enabled": False}, "offline"),  # offline wins over everything
         ({"online": False, "in_flight": 0}, "offline"),
+        ({"online": False, "unavailable": "refused by node policy: ..."}, "unavailable"),
     ],
 )
 def test_provider_state_names_what_a_newcomer_needs_to_see(
@@ -55,7 +56,9 @@ def test_status_view_sorts_rows_counts_states_and_keeps_engine_fields() -> None:
         ("n2", "b"),
     ]
     assert [r["load_pct"] for r in view["providers"]] == [100, 50, 0]
-    assert view["counts"] == {"saturated": 1, "busy": 1, "idle": 1, "disabled": 0, "offline": 0}
+    assert view["counts"] == {
+        "saturated": 1, "busy": 1, "idle": 1, "disabled": 0, "unavailable": 0, "offline": 0
+    }  # fmt: skip
     assert view["queue_depth"] == 3
     assert (view["oldest_wait_ms"], view["oldest_wait"]) == (1500.0, "1.5 s")
     assert view["providers"][0] == {

@@ -45,6 +45,7 @@ DOC = {
                 _provider("p-full", 1, 20),
                 _provider("p-idle", 1, 30),
                 _provider("p-off", 1, 40, enabled=False),
+                _provider("p-refused", 1, 50),
             ],
         },
         {
@@ -66,8 +67,10 @@ EXPECTED_STATES = {
     "p-full": "saturated",
     "p-idle": "idle",
     "p-off": "disabled",
+    "p-refused": "unavailable",
     "p-remote": "offline",
 }
+REFUSAL = "refused by node policy: command /bin/evil is not an allowed command prefix"
 
 
 class LivePool:
@@ -105,7 +108,7 @@ class LivePool:
 def live() -> Iterator[tuple[LivePool, list[Lease]]]:
     pool = LivePool()
     engine = pool.runtime.pool
-    pool.call(lambda: engine.node_ready("node-a", 1))
+    pool.call(lambda: engine.node_ready("node-a", 1, {"p-refused": REFUSAL}))
     leases = [pool.run(engine.acquire, model) for model in ("m-busy", "m-full")]
     waiting = pool.call(lambda: pool.loop.create_task(engine.acquire("m-full")))
     pool.run(asyncio.sleep, 0)  # one loop turn: the task has queued its waiter
@@ -171,6 +174,7 @@ def test_status_page_renders_every_provider_with_its_state(live, staff_client) -
     assert response.status_code == 200
     html = response.content.decode()
     assert _row_states(html) == EXPECTED_STATES
+    assert f'data-field="unavailable">{REFUSAL}<' in html  # R-TLS-3: the reason is shown
     assert re.search(r'id="queue-depth">1<', html)
     assert re.search(r'id="oldest-wait">2.5 s<', html)
     assert 'data-url="/admin/pool-status/status.json"' in html
@@ -185,7 +189,11 @@ def test_status_feed_reports_state_per_provider_and_the_queue(live, staff_client
     assert {row["provider_id"]: row["state"] for row in body["providers"]} == EXPECTED_STATES
     assert body["queue_depth"] == 1
     assert (body["oldest_wait_ms"], body["oldest_wait"]) == (2500.0, "2.5 s")
-    assert body["counts"] == {"saturated": 1, "busy": 1, "idle": 1, "disabled": 1, "offline": 1}
+    assert body["counts"] == {
+        "saturated": 1, "busy": 1, "idle": 1, "disabled": 1, "unavailable": 1, "offline": 1
+    }  # fmt: skip
+    refused = next(row for row in body["providers"] if row["provider_id"] == "p-refused")
+    assert (refused["online"], refused["unavailable"]) == (False, REFUSAL)
     engine_rows = {row["provider_id"]: row for row in pool.snapshot()["providers"]}
     for row in body["providers"]:
         engine_row = engine_rows[row["provider_id"]]

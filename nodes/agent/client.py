@@ -103,7 +103,7 @@ class NodeClient:
         self.open_timeout_s = open_timeout_s
         self.close_timeout_s = close_timeout_s
         self.backoff = backoff or Backoff()
-        self.registries = Registries()
+        self.registries = Registries(config.policy)
         self.generation: int | None = None
         self.router: Router | None = None
         self._serving = False
@@ -227,7 +227,13 @@ class NodeClient:
         # R-NODE-1: apply the payload and install handlers before saying ready.
         registry = self.registries.install(first.payload)
         router = self.router = Router(self.registries, send)
-        await send(wire.Ready(generation=first.generation, revision=first.payload.revision))
+        await send(
+            wire.Ready(
+                generation=first.generation,
+                revision=first.payload.revision,
+                unavailable=dict(registry.errors),
+            )
+        )
         self._serving = True
         self.generation = first.generation
         self.backoff.reset()

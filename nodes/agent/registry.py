@@ -10,6 +10,7 @@ from nodes.agent.adapters.cli import CliAdapter
 from nodes.agent.adapters.http import HttpClient
 from nodes.agent.adapters.ollama import OllamaAdapter
 from nodes.agent.adapters.openai_compat import OpenAICompatAdapter
+from nodes.agent.policy import NodePolicy
 from nodes.agent.secrets import SecretError
 from nodes.wire import NodePayload, ProviderPayload
 
@@ -29,12 +30,17 @@ def _build_adapter(provider: ProviderPayload, http: HttpClient) -> Adapter:
 class Registry:
     """Adapters by provider id for one payload revision, with a count of active runs."""
 
-    def __init__(self, payload: NodePayload) -> None:
+    def __init__(self, payload: NodePayload, policy: NodePolicy | None = None) -> None:
         self.revision = payload.revision
         self.http = HttpClient()
         self.adapters: dict[str, Adapter] = {}
         self.errors: dict[str, str] = {}  # provider id -> why it cannot run here
         for provider in payload.providers:
+            refusal = policy.refusal(provider) if policy is not None else None
+            if refusal is not None:  # R-TLS-3: never built, so it can never run
+                self.errors[provider.id] = f"refused by node policy: {refusal}"
+                log.error("provider %s refused by node policy: %s", provider.id, refusal)
+                continue
             try:
                 self.adapters[provider.id] = _build_adapter(provider, self.http)
             except (SecretError, ValueError) as exc:
@@ -98,7 +104,8 @@ class Registry:
 class Registries:
     """The current registry, plus retired ones closing once their runs drain (R-NODE-5)."""
 
-    def __init__(self) -> None:
+    def __init__(self, policy: NodePolicy | None = None) -> None:
+        self.policy = policy
         self.current: Registry | None = None
         self._retiring: set[asyncio.Task[None]] = set()
 
@@ -109,7 +116,7 @@ class Registries:
         reusable = cur is not None and not cur.closed and not cur.errors
         if cur is not None and reusable and cur.revision == payload.revision:
             return cur
-        new = Registry(payload)
+        new = Registry(payload, self.policy)
         old, self.current = self.current, new
         if old is not None:
             task = asyncio.create_task(old.drain_and_close(), name=f"retire-{old.revision}")

@@ -145,7 +145,12 @@ class Router:
         errors = "; ".join(registry.errors.values())
         log.info("config refresh: now on revision %s", payload.revision)
         await self._safe_send(
-            wire.ConfigRefreshAck(revision=payload.revision, ok=not errors, error=errors or None)
+            wire.ConfigRefreshAck(
+                revision=payload.revision,
+                ok=not errors,
+                error=errors or None,
+                unavailable=dict(registry.errors),
+            )
         )
 
     async def shutdown(self, grace_s: float) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 from .errors import NotAdmitted, PoolError, QueueFull, QueueTimeout, Unavailable, UnknownModel
@@ -49,6 +49,7 @@ class PoolCore:
         self._timeout = 0.0  # seconds; 0 = none
         self._ready: dict[str, int] = {}  # node -> dispatch-ready generation (R-NODE-1)
         self._gone: dict[str, int] = {}  # node -> newest generation known to have ended
+        self._refused: dict[str, dict[str, str]] = {}  # ready node -> provider -> why (R-TLS-3)
         self._cands: dict[ClassKey, tuple[ProviderState, ...]] = {}  # admitted keys only
         self._classes: dict[ClassKey, WaitClass] = {}  # non-empty wait classes
         self._queue: OrderedDict[int, Waiter] = OrderedDict()  # global enqueue order
@@ -164,8 +165,11 @@ class PoolCore:
 
     # --- nodes and policy ------------------------------------------------------------------
 
-    def node_ready(self, node_id: str, generation: int) -> None:
-        """That node's connection generation is dispatch-ready: its providers become live."""
+    def node_ready(
+        self, node_id: str, generation: int, refused: Mapping[str, str] | None = None
+    ) -> None:
+        """That node's connection generation is dispatch-ready: its providers become live,
+        except those the Node ``refused`` (provider id -> reason, R-TLS-3)."""
         gone = self._gone.get(node_id)
         current = self._ready.get(node_id)
         if (gone is not None and generation <= gone) or (
@@ -173,6 +177,15 @@ class PoolCore:
         ):
             return  # a stale generation: that connection already ended or was replaced
         self._ready[node_id] = generation
+        self._refused[node_id] = dict(refused or {})
+        self._reevaluate()
+        self._pump(list(self._classes.values()))
+
+    def node_refused(self, node_id: str, generation: int, refused: Mapping[str, str]) -> None:
+        """The ready Node now refuses exactly ``refused`` (after a config refresh)."""
+        if self._ready.get(node_id) != generation or self._refused.get(node_id) == refused:
+            return
+        self._refused[node_id] = dict(refused)
         self._reevaluate()
         self._pump(list(self._classes.values()))
 
@@ -185,6 +198,7 @@ class PoolCore:
         if current is None:
             return  # was not ready: nothing was live
         del self._ready[node_id]
+        self._refused.pop(node_id, None)
         self._reevaluate()
         self._pump(list(self._classes.values()))
 
@@ -202,7 +216,8 @@ class PoolCore:
         rows = []
         for key in sorted(k for k, s in self._states.items() if s.configured):
             s = self._states[key]
-            online = s.node_id in self._ready
+            refusal = self._refused.get(s.node_id, {}).get(s.provider_id)
+            online = s.node_id in self._ready and refusal is None
             rows.append(
                 ProviderStatus(
                     node_id=s.node_id,
@@ -216,6 +231,7 @@ class PoolCore:
                     priority=s.priority,
                     enabled=s.enabled,
                     long_capacity=s.long_capacity,
+                    unavailable=refusal,
                 )
             )
         oldest = 0.0
@@ -275,7 +291,12 @@ class PoolCore:
     def _reevaluate(self) -> None:
         """Recompute liveness and every wait class's candidates; strand classes left with none."""
         for s in self._by_pid.values():
-            s.live = s.enabled and s.capacity >= 1 and s.node_id in self._ready
+            s.live = (
+                s.enabled
+                and s.capacity >= 1
+                and s.node_id in self._ready
+                and s.provider_id not in self._refused[s.node_id]
+            )
         self._cands.clear()
         stranded: list[Waiter] = []
         for cls in list(self._classes.values()):

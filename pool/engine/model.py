@@ -74,6 +74,7 @@ class ProviderStatus:
     priority: int
     enabled: bool
     long_capacity: int = 0
+    unavailable: str | None = None  # why the Node refused to run it (R-TLS-3)
 
 
 @dataclass(frozen=True, slots=True)

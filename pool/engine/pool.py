@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from .core import PoolCore
 from .errors import PoolError
@@ -80,9 +80,17 @@ class ProviderPool:
             self._arm()
         return released
 
-    def node_ready(self, node_id: str, generation: int) -> None:
-        """The node's connection generation acked its config: its providers become live."""
-        self._core.node_ready(node_id, generation)
+    def node_ready(
+        self, node_id: str, generation: int, refused: Mapping[str, str] | None = None
+    ) -> None:
+        """The node's connection generation acked its config: its providers become live,
+        except those it ``refused`` (provider id -> reason, R-TLS-3)."""
+        self._core.node_ready(node_id, generation, refused)
+        self._arm()
+
+    def node_refused(self, node_id: str, generation: int, refused: Mapping[str, str]) -> None:
+        """The ready Node now refuses exactly ``refused`` (reported with a refresh ack)."""
+        self._core.node_refused(node_id, generation, refused)
         self._arm()
 
     def node_gone(self, node_id: str, generation: int) -> None:
