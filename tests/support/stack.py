@@ -259,7 +259,10 @@ class Stack:
             time.sleep(0.05)
 
     def _node_proc(self, node_id: str, extra: dict[str, Any]) -> Proc:
-        """``extra``: more node.yaml keys (tls, policy, allow_plaintext, edge_url)."""
+        """``extra``: more node.yaml keys (tls, policy, allow_plaintext, edge_url); in them
+        ``{up:NAME}`` becomes that upstream's ``host:port`` (for policy.hosts)."""
+        hostports = {name: up.url.split("://", 1)[1] for name, up in self.upstreams.items()}
+        extra = _substitute(extra, hostports)
         path = self.dir / f"{node_id}.yaml"
         doc = {"node_id": node_id, "edge_url": self.node_url, "token": {"env": "IOP_NODE_TOKEN"}}
         path.write_text(yaml.safe_dump({**doc, **extra}))

@@ -1,0 +1,127 @@
+"""The Node policy's matching rules (R-TLS-3): argv prefixes, host[:port], secrets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nodes.agent.config import ConfigError, parse_config
+from nodes.agent.policy import NodePolicy
+from nodes.agent.registry import Registry
+from nodes.wire import NodePayload, ProviderPayload, SecretRef
+
+
+def _policy(tmp_path: Path, **policy: object) -> NodePolicy:
+    doc = {"node_id": "n", "edge_url": "ws://127.0.0.1:1/ws/node", "token": {"env": "T"}}
+    config = parse_config({**doc, "policy": policy}, base_dir=tmp_path)
+    assert config.policy is not None
+    return config.policy
+
+
+def _http(url: str, **kw: object) -> ProviderPayload:
+    return ProviderPayload(
+        id="p", label="p", adapter="openai_compat", driver="openai_chat",
+        operations={"chat_completions": url}, **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def _cli(argv: list[str], **kw: object) -> ProviderPayload:
+    return ProviderPayload(id="c", label="c", adapter="cli", driver="cli", command=argv, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("argv", "allowed"),
+    [
+        (["claude", "-p", "--json"], True),
+        (["claude", "-p"], True),
+        (["claude"], False),  # shorter than the prefix
+        (["claude", "--dangerously"], False),
+        (["/usr/bin/claude", "-p"], False),  # prefixes compare exactly, no path lookup
+        (["sh", "-c", "claude -p"], False),
+    ],
+)
+def test_a_command_runs_only_under_an_allowed_argv_prefix(tmp_path, argv, allowed):
+    policy = _policy(tmp_path, commands=["claude -p", ["ollama", "run"]])
+    refusal = policy.refusal(_cli(argv))
+    assert (refusal is None) == allowed
+    if not allowed:
+        assert argv[0] in refusal  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("https://api.openai.com/v1/chat/completions", True),
+        ("https://eu.api.openai.com/v1/chat/completions", True),
+        ("https://openai.com.evil.example/v1", False),
+        ("http://127.0.0.1:11434/api/chat", True),
+        ("http://127.0.0.1:8080/api/chat", False),  # another port on an allowed host
+        ("http://[::1]:9000/v1", True),
+        ("http://localhost:11434/api/chat", False),  # names are not resolved
+    ],
+)
+def test_an_upstream_url_runs_only_on_an_allowed_host_and_port(tmp_path, url, allowed):
+    policy = _policy(tmp_path, hosts=["api.openai.com", "*.api.openai.com", "127.0.0.1:11434",
+                                      "[::1]:9000"])  # fmt: skip
+    refusal = policy.refusal(_http(url))
+    assert (refusal is None) == allowed, refusal
+
+
+def test_secrets_are_allowed_by_env_name_pattern_and_by_file_directory(tmp_path):
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "keys-evil").mkdir()
+    policy = _policy(tmp_path, secrets={"env": ["OPENAI_*"], "file_dirs": ["keys"]})
+    ok_env = _http("http://h/v1", credential=SecretRef(env="OPENAI_KEY"))
+    assert policy.refusal(ok_env) is None
+    bad_env = _http("http://h/v1", credential=SecretRef(env="AWS_SECRET"))
+    assert policy.refusal(bad_env) is not None  # hosts also deny; the env is checked too
+    policy = _policy(tmp_path, hosts=["h"], secrets={"env": ["OPENAI_*"], "file_dirs": ["keys"]})
+    assert "AWS_SECRET" in (policy.refusal(bad_env) or "")
+    for path, allowed in [
+        (keys / "a.key", True),
+        (keys / ".." / "outside" / "a.key", False),  # no escape by ..
+        (tmp_path / "keys-evil" / "a.key", False),  # a sibling with the same prefix
+    ]:
+        provider = _http("http://h/v1", credential=SecretRef(file=str(path)))
+        assert (policy.refusal(provider) is None) == allowed, path
+    cli_env = _cli(["x"], env={"TOKEN": SecretRef(env="HOME_TOKEN")})
+    policy = _policy(tmp_path, commands=[["x"]], secrets={"env": ["OPENAI_*"]})
+    assert "HOME_TOKEN" in (policy.refusal(cli_env) or "")
+
+
+def test_a_kind_left_out_of_the_policy_allows_nothing_of_that_kind(tmp_path):
+    policy = _policy(tmp_path, hosts=["h"])
+    assert policy.refusal(_cli(["anything"])) is not None
+    assert policy.refusal(_http("http://h/v1", credential=SecretRef(env="K"))) is not None
+    assert policy.refusal(_http("http://h/v1")) is None
+
+
+def test_a_refused_provider_gets_no_adapter_in_the_registry(tmp_path):
+    policy = _policy(tmp_path, hosts=["allowed.example"])
+    payload = NodePayload(
+        node_id="n", revision="r",
+        providers=[_http("http://denied.example/v1"), _cli(["rm", "-rf", "/"])],
+    )  # fmt: skip
+    registry = Registry(payload, policy)
+    assert registry.adapters == {}
+    assert registry.errors["p"].startswith("refused by node policy: upstream host denied.example")
+    assert "command rm" in registry.errors["c"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        ({"hosts": ["h:0"]}, "policy.hosts: h:0: port must be 1..65535"),
+        ({"hosts": [":80"]}, "policy.hosts: :80: must name a host"),
+        ({"commands": [[]]}, "policy.commands: an argv prefix must not be empty"),
+        ({"surprise": 1}, "policy.surprise: unknown key"),
+        ({"secrets": {"env": "X"}}, "policy.secrets.env: must be a list"),
+    ],
+)
+def test_a_bad_policy_is_refused_at_load_with_its_path(tmp_path, policy, message):
+    with pytest.raises(ConfigError) as refused:
+        _policy(tmp_path, **policy)
+    assert message in refused.value.errors
