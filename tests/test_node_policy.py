@@ -73,12 +73,10 @@ def test_secrets_are_allowed_by_env_name_pattern_and_by_file_directory(tmp_path)
     keys.mkdir()
     (tmp_path / "outside").mkdir()
     (tmp_path / "keys-evil").mkdir()
-    policy = _policy(tmp_path, secrets={"env": ["OPENAI_*"], "file_dirs": ["keys"]})
+    policy = _policy(tmp_path, hosts=["h"], secrets={"env": ["OPENAI_*"], "file_dirs": ["keys"]})
     ok_env = _http("http://h/v1", credential=SecretRef(env="OPENAI_KEY"))
     assert policy.refusal(ok_env) is None
     bad_env = _http("http://h/v1", credential=SecretRef(env="AWS_SECRET"))
-    assert policy.refusal(bad_env) is not None  # hosts also deny; the env is checked too
-    policy = _policy(tmp_path, hosts=["h"], secrets={"env": ["OPENAI_*"], "file_dirs": ["keys"]})
     assert "AWS_SECRET" in (policy.refusal(bad_env) or "")
     for path, allowed in [
         (keys / "a.key", True),
