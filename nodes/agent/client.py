@@ -103,7 +103,7 @@ class NodeClient:
         self.open_timeout_s = open_timeout_s
         self.close_timeout_s = close_timeout_s
         self.backoff = backoff or Backoff()
-        self.registries = Registries(config.policy)
+        self.registries = Registries(config.policy, config.limits)
         self.generation: int | None = None
         self.router: Router | None = None
         self._serving = False

@@ -1,7 +1,8 @@
 """node.yaml: load, validate, report every error with its path (R-AUTH-4).
 
 Keys: node_id, edge_url, token ({env}|{file}), tls {ca_file, cert_file, key_file},
-allow_plaintext, policy {...} (nodes.agent.policy), credential_plane {...}.
+allow_plaintext, policy {...} (nodes.agent.policy), limits {...} (nodes.agent.limits),
+credential_plane {...}.
 Unknown keys are rejected; a literal token is rejected; relative file paths are read
 relative to the config file's directory.
 """
@@ -25,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from nodes.agent.limits import DEFAULT_LIMITS, Limits
 from nodes.agent.policy import NodePolicy
 from nodes.wire import SecretRefPayload
 
@@ -123,6 +125,7 @@ class NodeConfig(_Strict):
     tls: TlsConfig | None = None
     allow_plaintext: Annotated[bool, Field(strict=True)] = False
     policy: NodePolicy | None = None
+    limits: Limits = DEFAULT_LIMITS
     credential_plane: CredentialPlane | None = None
 
     @field_validator("edge_url")
@@ -147,6 +150,8 @@ _MESSAGES: dict[str, Callable[[dict[str, Any]], str]] = {
     "less_than_equal": lambda ctx: f"must be <= {ctx['le']}",
     "greater_than_equal": lambda ctx: f"must be >= {ctx['ge']}",
     "int_type": lambda ctx: "must be an integer",
+    "greater_than": lambda ctx: f"must be > {ctx['gt']}",
+    "float_type": lambda ctx: "must be a number",
     "string_type": lambda ctx: "must be a string",
     "bool_type": lambda ctx: "must be true or false",
     "list_type": lambda ctx: "must be a list",

@@ -10,6 +10,7 @@ from nodes.agent.adapters.cli import CliAdapter
 from nodes.agent.adapters.http import HttpClient
 from nodes.agent.adapters.ollama import OllamaAdapter
 from nodes.agent.adapters.openai_compat import OpenAICompatAdapter
+from nodes.agent.limits import DEFAULT_LIMITS, Limits
 from nodes.agent.policy import NodePolicy
 from nodes.agent.secrets import SecretError
 from nodes.wire import NodePayload, ProviderPayload
@@ -17,22 +18,27 @@ from nodes.wire import NodePayload, ProviderPayload
 log = logging.getLogger("iop_node.registry")
 
 
-def _build_adapter(provider: ProviderPayload, http: HttpClient) -> Adapter:
+def _build_adapter(provider: ProviderPayload, http: HttpClient, limits: Limits) -> Adapter:
     if provider.adapter == "openai_compat":
         return OpenAICompatAdapter(provider, http)
     if provider.adapter == "ollama":
         return OllamaAdapter(provider, http)
     if provider.adapter == "cli":
-        return CliAdapter(provider)
+        return CliAdapter(provider, limits)
     raise ValueError(f"provider {provider.id}: unknown adapter {provider.adapter!r}")
 
 
 class Registry:
     """Adapters by provider id for one payload revision, with a count of active runs."""
 
-    def __init__(self, payload: NodePayload, policy: NodePolicy | None = None) -> None:
+    def __init__(
+        self,
+        payload: NodePayload,
+        policy: NodePolicy | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> None:
         self.revision = payload.revision
-        self.http = HttpClient()
+        self.http = HttpClient(limits)
         self.adapters: dict[str, Adapter] = {}
         self.errors: dict[str, str] = {}  # provider id -> why it cannot run here
         for provider in payload.providers:
@@ -42,7 +48,7 @@ class Registry:
                 log.error("provider %s refused by node policy: %s", provider.id, refusal)
                 continue
             try:
-                self.adapters[provider.id] = _build_adapter(provider, self.http)
+                self.adapters[provider.id] = _build_adapter(provider, self.http, limits)
             except (SecretError, ValueError) as exc:
                 self.errors[provider.id] = str(exc)  # names references, never values
                 log.error("provider %s is unusable on this node: %s", provider.id, exc)
@@ -104,8 +110,8 @@ class Registry:
 class Registries:
     """The current registry, plus retired ones closing once their runs drain (R-NODE-5)."""
 
-    def __init__(self, policy: NodePolicy | None = None) -> None:
-        self.policy = policy
+    def __init__(self, policy: NodePolicy | None = None, limits: Limits = DEFAULT_LIMITS) -> None:
+        self.policy, self.limits = policy, limits
         self.current: Registry | None = None
         self._retiring: set[asyncio.Task[None]] = set()
 
@@ -116,7 +122,7 @@ class Registries:
         reusable = cur is not None and not cur.closed and not cur.errors
         if cur is not None and reusable and cur.revision == payload.revision:
             return cur
-        new = Registry(payload, self.policy)
+        new = Registry(payload, self.policy, self.limits)
         old, self.current = self.current, new
         if old is not None:
             task = asyncio.create_task(old.drain_and_close(), name=f"retire-{old.revision}")

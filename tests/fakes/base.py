@@ -51,11 +51,17 @@ class Faults:
     delay: float = 0.0  # between chunks
     stream_error: bool = False  # the API's own in-band error event after the first content
     end_early: bool = False  # the stream ends cleanly after the first content, no stop event
+    redirect_to: str | None = None  # answer 307 with this Location
+    set_cookie: str | None = None  # add this Set-Cookie to every answer
+    endless_body: bytes | None = None  # send this chunk again and again (bounded below)
 
 
 def pieces(text: str) -> list[str]:
     """Split text into word-sized stream pieces (each keeps its trailing space)."""
     return re.findall(r"\S+\s*", text) or [text]
+
+
+ENDLESS_BODY_MAX_BYTES = 1024**3  # the "huge body" fault stops here even if nobody does
 
 
 class FakeServer:
@@ -71,6 +77,7 @@ class FakeServer:
         self._arrived = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self.port = 0
+        self.endless_sent = 0  # bytes the endless_body fault wrote before the client left
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -135,7 +142,10 @@ class FakeServer:
         async with self._arrived:
             self._arrived.notify_all()
         try:
-            return await handler(request)
+            response = await handler(request)
+            if self.faults.set_cookie is not None and not response.prepared:
+                response.headers["Set-Cookie"] = self.faults.set_cookie
+            return response
         except asyncio.CancelledError:
             self.disconnected.set()
             raise
@@ -147,15 +157,34 @@ class FakeServer:
             await asyncio.Event().wait()  # until the client leaves (handler cancelled)
         await asyncio.sleep(seconds)
 
-    async def fail_if_told(self, request: web.Request) -> web.Response | None:
+    async def fail_if_told(self, request: web.Request) -> web.StreamResponse | None:
         """The injected error response, in the OpenAI/Anthropic error shape."""
         if self.faults.stall_before_first_byte is not None:
             await self.stall(self.faults.stall_before_first_byte)
+        if self.faults.redirect_to is not None:
+            current().status = 307
+            return web.Response(status=307, headers={"Location": self.faults.redirect_to})
+        if self.faults.endless_body is not None:
+            return await self._endless(request, self.faults.endless_body)
         if self.faults.status is None:
             return None
         body = {"error": {"message": self.faults.error_message, "type": "fake_error"}}
         current().status = self.faults.status
         return web.json_response(body, status=self.faults.status)
+
+    async def _endless(self, request: web.Request, chunk: bytes) -> web.StreamResponse:
+        """A body that does not end: writes until the client leaves (or 1 GiB)."""
+        current().status = 200
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        await resp.prepare(request)
+        self.endless_sent = 0
+        try:
+            while self.endless_sent < ENDLESS_BODY_MAX_BYTES:
+                await resp.write(chunk)
+                self.endless_sent += len(chunk)
+        except (ConnectionResetError, ConnectionError):
+            self.disconnected.set()
+        return resp
 
     def reply(self, request: web.Request, obj: Any, status: int = 200) -> web.Response:
         raw = msgspec.json.encode(obj)

@@ -5,6 +5,8 @@ fail CODE [MESSAGE]  read stdin, write MESSAGE (or a fixed one) to stderr, exit 
 sleep SECS    sleep, then echo
 hang PIDFILE  start a child, write "PID CHILD_PID" to PIDFILE, print "started", never end
 env NAME      print the value of environment variable NAME (or <unset>)
+fork PIDFILE  start a child that keeps stdout open, write "PID CHILD_PID", print, exit 0
+flood         write output without end (until killed)
 """
 
 from __future__ import annotations
@@ -32,6 +34,16 @@ def main(argv: list[str]) -> int:
         sys.stdout.flush()
         time.sleep(3600)
         return 0
+    if mode == "fork":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        with open(argv[2], "w") as fh:
+            fh.write(f"{os.getpid()} {child.pid}")
+        sys.stdout.write("forked\n")
+        return 0  # the child lives on, holding stdout
+    if mode == "flood":
+        line = "x" * 1023 + "\n"
+        while True:
+            sys.stdout.write(line)
     if mode == "env":
         sys.stdout.write(os.environ.get(argv[2], "<unset>"))
         return 0

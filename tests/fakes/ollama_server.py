@@ -22,6 +22,10 @@ class FakeOllama(FakeServer):
         return [web.post("/api/chat", self.chat), web.get("/api/tags", self.tags)]
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
+        if self.faults.redirect_to is not None or self.faults.endless_body is not None:
+            answer = await self.fail_if_told(request)
+            assert answer is not None
+            return answer
         if self.faults.stall_before_first_byte is not None:
             await self.stall(self.faults.stall_before_first_byte)
         if self.faults.status is not None:

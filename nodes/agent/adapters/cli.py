@@ -17,6 +17,7 @@ from typing import Any
 
 from nodes.agent.adapters.base import AdapterError, Emit, RunSpec, parse_json_body, send
 from nodes.agent.adapters.sse import DONE, ChatChunks, chat_completion
+from nodes.agent.limits import DEFAULT_LIMITS, Limits
 from nodes.agent.secrets import redact, resolve_secret
 from nodes.wire import ProviderPayload, Usage
 
@@ -78,14 +79,45 @@ def _estimate(text: str) -> int:
 
 
 def _kill(proc: asyncio.subprocess.Process) -> None:
-    """Kill the command and anything it started (its own process group)."""
-    if proc.returncode is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
+    """Kill the command and anything it started (its own process group, R-TLS-4), also
+    after the command itself exited: a child it left behind is still in the group."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         if hasattr(os, "killpg"):
             os.killpg(proc.pid, signal.SIGKILL)
         else:  # pragma: no cover - Windows
             proc.kill()
+
+
+class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """Learns the moment the command exits. ``Process.wait()`` also waits for every pipe
+    to close, which a child that inherited stdout can delay forever."""
+
+    def __init__(self, exited: asyncio.Future[None], loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=_READ_SIZE, loop=loop)
+        self._exited = exited
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self._exited.done():
+            self._exited.set_result(None)
+
+
+async def _spawn(
+    command: list[str], env: dict[str, str]
+) -> tuple[asyncio.subprocess.Process, asyncio.Future[None]]:
+    """``create_subprocess_exec`` in its own process group, plus a future set at exit."""
+    loop = asyncio.get_running_loop()
+    exited: asyncio.Future[None] = loop.create_future()
+    transport, protocol = await loop.subprocess_exec(
+        lambda: _ExitProtocol(exited, loop),
+        *command,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+        start_new_session=True,  # its own process group, killed as a whole
+    )
+    return asyncio.subprocess.Process(transport, protocol, loop), exited
 
 
 async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
@@ -105,10 +137,11 @@ async def _tail(stream: asyncio.StreamReader) -> bytes:
 class CliAdapter:
     """Runs ``provider.command`` once per request."""
 
-    def __init__(self, provider: ProviderPayload) -> None:
+    def __init__(self, provider: ProviderPayload, limits: Limits = DEFAULT_LIMITS) -> None:
         if not provider.command:
             raise ValueError(f"provider {provider.id}: the cli adapter needs a command")
         self.provider = provider
+        self.limits = limits
         self._command = list(provider.command)
         extra = {
             name: resolve_secret(ref, what=f"provider {provider.id} env {name}")
@@ -128,24 +161,20 @@ class CliAdapter:
         prompt = render_prompt(body.get("messages"))
         model = str(body.get("model") or self.provider.id)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *self._command,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=self._env,
-                start_new_session=True,  # its own process group, killed as a whole
-            )
+            proc, exited = await _spawn(self._command, self._env)
         except OSError as exc:
             raise AdapterError(
                 "upstream_error",
                 CLI_FAILED,
                 detail=f"cannot start {self._command[0]}: {exc.strerror}",
             ) from None
-        timeout = self.provider.run_timeout_s
+        # The run ends when the command exits: whatever it left running is killed then, so
+        # a child holding stdout open cannot keep the run (or the Node) waiting (R-TLS-4).
+        exited.add_done_callback(lambda _: _kill(proc))
+        timeout = self.provider.run_timeout_s or self.limits.cli_run_timeout_s
         try:
             async with asyncio.timeout(timeout):
-                return await self._exchange(proc, request, prompt, model, emit)
+                return await self._exchange(proc, exited, request, prompt, model, emit)
         except TimeoutError:
             raise AdapterError(
                 "upstream_timeout", f"the CLI program did not finish within {timeout:g}s"
@@ -157,6 +186,7 @@ class CliAdapter:
     async def _exchange(
         self,
         proc: asyncio.subprocess.Process,
+        exited: asyncio.Future[None],
         request: RunSpec,
         prompt: str,
         model: str,
@@ -165,11 +195,18 @@ class CliAdapter:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         feeder = asyncio.create_task(_feed(proc.stdin, prompt.encode()))
         stderr = asyncio.create_task(_tail(proc.stderr))
+        cap, size = self.limits.cli_max_output_bytes, 0
         try:
             chunks = ChatChunks(request.run_id, model)
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             output: list[str] = []
             while data := await proc.stdout.read(_READ_SIZE):
+                size += len(data)
+                if size > cap:
+                    raise AdapterError(
+                        "upstream_error",
+                        f"command output over {cap} bytes (limits.cli_max_output_bytes)",
+                    )
                 text = decoder.decode(data)
                 if text:
                     output.append(text)
@@ -180,7 +217,8 @@ class CliAdapter:
                 output.append(tail_text)
                 if request.stream:
                     await send(emit, chunks.delta(tail_text))
-            code = await proc.wait()
+            await exited
+            code = await proc.wait()  # stdout ended: the group is gone, the pipes closed
             err = await stderr
         finally:
             feeder.cancel()

@@ -16,6 +16,7 @@ import aiohttp
 import msgspec
 
 from nodes.agent.adapters.base import AdapterError
+from nodes.agent.limits import DEFAULT_LIMITS, Limits
 from nodes.agent.secrets import redact, resolve_secret
 from nodes.wire import ProviderPayload
 
@@ -62,9 +63,13 @@ def merge_headers(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str
 
 
 class HttpClient:
-    """Owns the registry's ClientSession, created on first use inside the running loop."""
+    """Owns the registry's ClientSession, created on first use inside the running loop.
 
-    def __init__(self) -> None:
+    R-TLS-4: no cookie jar (nothing one caller's upstream sets reaches another request),
+    no redirects (``Upstream`` refuses a 3xx), and ``limits`` on what is buffered."""
+
+    def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
+        self.limits = limits
         self._session: aiohttp.ClientSession | None = None
 
     def session(self) -> aiohttp.ClientSession:
@@ -75,6 +80,7 @@ class HttpClient:
                 # total=None: streams may last longer than 5 minutes; we time gaps ourselves.
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=None),
                 read_bufsize=256 * 1024,
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
         return self._session
 
@@ -88,6 +94,14 @@ def _where(url: str) -> str:
     """host:port of a URL: safe to show (no path, query or user-info)."""
     parts = urlsplit(url)
     return f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+
+
+def _to(resp: aiohttp.ClientResponse) -> str:
+    location = resp.headers.get("Location", "")
+    if not location:
+        return ""
+    target = urlsplit(location)
+    return f" to {_where(location)}" if target.hostname else " on the same host"
 
 
 def error_message(status: int, body: bytes, secrets: tuple[str, ...] = ()) -> str:
@@ -142,13 +156,25 @@ class Upstream:
         try:
             async with asyncio.timeout_at(self._deadline):
                 self._resp = await self._http.session().request(
-                    self._method, self._url, headers=self._headers, data=self._body
+                    self._method,
+                    self._url,
+                    headers=self._headers,
+                    data=self._body,
+                    allow_redirects=False,  # R-TLS-4: a 3xx is an upstream_error
                 )
         except TimeoutError:
             raise self._timeout() from None
         except aiohttp.ClientError as exc:
             raise self._client_error(exc) from None
-        if self._resp.status >= 300:
+        if 300 <= self._resp.status < 400:
+            self._resp.close()
+            raise AdapterError(
+                "upstream_error",
+                f"upstream {_where(self._url)} answered HTTP {self._resp.status} (a redirect"
+                f"{_to(self._resp)}); redirects are not followed",
+                status=self._resp.status,
+            )
+        if self._resp.status >= 400:
             try:
                 await self._fail_with_status(self._resp)
             finally:
@@ -193,8 +219,18 @@ class Upstream:
         return chunk
 
     async def read_all(self) -> bytes:
-        parts = []
+        """The whole body, refused as soon as it passes ``limits.max_body_bytes``."""
+        cap = self._http.limits.max_body_bytes
+        parts, size = [], 0
         while chunk := await self.read():
+            size += len(chunk)
+            if size > cap:
+                raise AdapterError(
+                    "upstream_error",
+                    f"upstream {_where(self._url)} sent a body over {cap} bytes (limits."
+                    "max_body_bytes)",
+                    status=self.status or None,
+                )
             parts.append(chunk)
         return b"".join(parts)
 

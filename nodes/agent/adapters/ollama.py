@@ -211,8 +211,14 @@ class OllamaAdapter:
     async def _stream(self, upstream: Upstream, run_id: str, model: str, emit: Emit) -> Usage:
         chunks = ChatChunks(run_id, model)
         pending, tools_seen = b"", 0
+        cap = self._http.limits.max_line_bytes
         while data := await upstream.read():
             *lines, pending = (pending + data).split(b"\n")
+            if len(pending) > cap or any(len(line) > cap for line in lines):
+                raise AdapterError(  # R-TLS-4: a line is never buffered without bound
+                    "upstream_error",
+                    f"upstream sent an NDJSON line over {cap} bytes (limits.max_line_bytes)",
+                )
             events = []  # every event from this read goes out in one emit
             for line in lines:
                 obj = _decode_line(line)
