@@ -86,13 +86,15 @@ def certificate_options(tls: TLSFiles, where: str) -> Any:
             "caCerts": [crypto.X509.from_cryptography(ca) for ca in cas],
         }
     try:
-        return ssl.CertificateOptions(
+        built = ssl.CertificateOptions(
             privateKey=crypto.PKey.from_cryptography_key(key),  # type: ignore[arg-type]
             certificate=crypto.X509.from_cryptography(chain[0]),
             extraCertChain=[crypto.X509.from_cryptography(c) for c in chain[1:]],
             raiseMinimumTo=ssl.TLSVersion.TLSv1_2,
             **options,
         )
+        built.getContext()  # built lazily otherwise: a key that does not match fails here
+        return built
     except Exception as exc:  # pyOpenSSL: the key does not match the certificate, etc.
         raise TLSFileError(
             f"{where}: {tls.cert_file} and {tls.key_file} cannot be used together "

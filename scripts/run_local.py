@@ -4,7 +4,8 @@ First run: migrate, mint the local Node's token and the client tokens, import
 configs/edge.yaml with their sha256 in place of the example hashes into an empty catalog,
 create an admin login (password printed once). The raw tokens are kept only under var/,
 mode 0600, so later runs can start the Node and print the client token. Later runs just
-start.
+start. Every run writes var/node.yaml with a policy allowing exactly the catalog's
+providers for node-local (``manage.py iop_node_policy``).
 """
 
 from __future__ import annotations
@@ -122,10 +123,12 @@ def main() -> int:
     tokens = json.loads(TOKENS.read_text()) if TOKENS.exists() else first_run_setup()
     write_private(VAR / "node-token", tokens["node"])
     node_yaml = VAR / "node.yaml"
+    # R-TLS-3: the local Node runs exactly the catalog's providers for it, nothing else.
+    policy = manage("iop_node_policy", "node-local", capture=True)
     node_yaml.write_text(
         "node_id: node-local\n"
         "edge_url: ws://127.0.0.1:7700/ws/node\n"
-        f"token: {{file: {VAR / 'node-token'}}}\n"
+        f"token: {{file: {VAR / 'node-token'}}}\n" + policy
     )
     edge = subprocess.Popen(
         [PY, str(ROOT / "manage.py"), "runedge"], cwd=ROOT, stdout=subprocess.PIPE, text=True

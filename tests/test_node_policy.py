@@ -123,3 +123,32 @@ def test_a_bad_policy_is_refused_at_load_with_its_path(tmp_path, policy, message
     with pytest.raises(ConfigError) as refused:
         _policy(tmp_path, **policy)
     assert message in refused.value.errors
+
+
+EDGE_YAML = Path(__file__).resolve().parent.parent / "configs" / "edge.yaml"
+
+
+def test_iop_node_policy_allows_exactly_the_example_providers_of_that_node(tmp_path):
+    """R-TLS-3: what `make run` writes for node-local: every example provider runs, a step
+    outside (another command, another port) does not."""
+    from io import StringIO
+
+    import msgspec
+    import yaml
+    from django.core.management import call_command
+
+    from catalog.config import load_snapshot, parse_text
+    from nodes.payload import compile_payload
+
+    out = StringIO()
+    call_command("iop_node_policy", "node-local", "--config", str(EDGE_YAML), stdout=out)
+    policy = _policy(tmp_path, **yaml.safe_load(out.getvalue())["policy"])
+    payload = compile_payload(load_snapshot(parse_text(EDGE_YAML.read_text())), "node-local")
+    assert {p.id for p in payload.providers} == {"ollama-local", "vllm-local", "echo-cli"}
+    assert [policy.refusal(p) for p in payload.providers] == [None, None, None]
+    cli = next(p for p in payload.providers if p.command)
+    other_cmd = msgspec.structs.replace(cli, command=["python3", "-c", "import os"])
+    assert policy.refusal(other_cmd) is not None
+    http = next(p for p in payload.providers if p.id == "vllm-local")
+    moved = {op: url.replace(":8000", ":8001") for op, url in http.operations.items()}
+    assert policy.refusal(msgspec.structs.replace(http, operations=moved)) is not None

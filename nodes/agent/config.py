@@ -150,7 +150,7 @@ _MESSAGES: dict[str, Callable[[dict[str, Any]], str]] = {
     "less_than_equal": lambda ctx: f"must be <= {ctx['le']}",
     "greater_than_equal": lambda ctx: f"must be >= {ctx['ge']}",
     "int_type": lambda ctx: "must be an integer",
-    "greater_than": lambda ctx: f"must be > {ctx['gt']}",
+    "greater_than": lambda ctx: f"must be > {ctx['gt']:g}",
     "float_type": lambda ctx: "must be a number",
     "string_type": lambda ctx: "must be a string",
     "bool_type": lambda ctx: "must be true or false",

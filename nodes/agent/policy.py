@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from nodes.wire import ProviderPayload, SecretRef
+from nodes.wire import NodePayload, ProviderPayload, SecretRef
 
 _NonEmpty = Annotated[str, Field(strict=True, min_length=1)]
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -130,3 +130,30 @@ def _split_host(pattern: str) -> tuple[str, int | None]:
             raise ValueError(f"{pattern}: port must be 1..65535")
         return host, int(port_text)
     return host, None
+
+
+def policy_for(payload: NodePayload) -> dict[str, Any]:
+    """The narrowest policy that allows exactly ``payload``'s providers (node.yaml shape)."""
+    commands: list[list[str]] = []
+    hosts: set[str] = set()
+    env: set[str] = set()
+    dirs: set[str] = set()
+    for provider in payload.providers:
+        if provider.command and provider.command not in commands:
+            commands.append(list(provider.command))
+        for url in provider.operations.values():
+            parts = urlsplit(url)
+            host = parts.hostname or ""
+            port = parts.port or _DEFAULT_PORTS.get(parts.scheme.lower())
+            hosts.add(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        refs = [provider.credential, *provider.env.values()]
+        for ref in refs:
+            if ref is not None and ref.env:
+                env.add(ref.env)
+            elif ref is not None and ref.file:
+                dirs.add(os.path.dirname(os.path.abspath(os.path.expanduser(ref.file))))
+    return {
+        "commands": commands,
+        "hosts": sorted(hosts),
+        "secrets": {"env": sorted(env), "file_dirs": sorted(dirs)},
+    }
