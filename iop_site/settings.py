@@ -147,6 +147,17 @@ IOP_RATE_LIMIT_WINDOW_S = env_float("IOP_RATE_LIMIT_WINDOW_S", 60.0, minimum=0.0
 # On SIGTERM/SIGINT the Edge stops taking requests and waits this long for running ones.
 IOP_SHUTDOWN_GRACE_S = env_float("IOP_SHUTDOWN_GRACE_S", 20.0)
 
+# The admin UI behind TLS (openai.tls): IOP_HTTPS=1 makes the session and CSRF cookies
+# secure, sends HSTS and redirects any plain request; `manage.py check --deploy` then
+# passes (docs/configuration.md, "TLS").
+IOP_HTTPS = env_bool("IOP_HTTPS", False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = SECURE_SSL_REDIRECT = IOP_HTTPS
+SECURE_HSTS_SECONDS = int(env_float("IOP_HSTS_SECONDS", 31_536_000 if IOP_HTTPS else 0))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("IOP_HSTS_INCLUDE_SUBDOMAINS", IOP_HTTPS)
+SECURE_HSTS_PRELOAD = env_bool("IOP_HSTS_PRELOAD", False)
+# Preloading is a promise about a whole domain that only its owner can make: opt-in.
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import os
 import socket
 import ssl
 import subprocess
@@ -67,6 +68,7 @@ def mtls(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         edge={"tls": _tls(pki.edge, client_ca=pki.ca_file)},
         openai={"tls": _tls(pki.edge)},
         nodes=_node(node),
+        env={"IOP_HTTPS": "1"},
     ) as stack:
         yield stack
 
@@ -99,6 +101,28 @@ def test_startup_line_prints_https_and_wss(mtls: Stack):
     assert f"edge=wss://127.0.0.1:{mtls.ports['edge']}" in line
     assert f"openai=https://127.0.0.1:{mtls.ports['openai']}" in line
     assert f"admin=http://127.0.0.1:{mtls.ports['admin']}" in line
+
+
+def test_the_admin_behind_tls_sets_secure_cookies_and_hsts(mtls: Stack, pki: Pki):
+    """R-TLS-1 with IOP_HTTPS=1: the login page's CSRF cookie is Secure, HSTS is sent."""
+    verify = ssl.create_default_context(cafile=pki.ca_file)
+    with httpx.Client(base_url=mtls.openai_url, verify=verify) as client:
+        page = client.get("/admin/login/")
+    assert page.status_code == 200
+    assert "max-age=31536000" in page.headers["strict-transport-security"]
+    cookie = next(c for c in page.headers.get_list("set-cookie") if c.startswith("csrftoken="))
+    assert "Secure" in cookie
+
+
+def test_manage_check_deploy_passes_with_iop_https(tmp_path: Path):
+    """The documented way to run the admin behind TLS passes Django's deployment checks."""
+    env = {**os.environ, "IOP_HTTPS": "1", "IOP_VAR_DIR": str(tmp_path)}
+    env.pop("SECRET_KEY", None)
+    run = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
 
 
 def test_plain_http_to_the_tls_port_gets_no_answer(mtls: Stack):

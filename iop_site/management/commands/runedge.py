@@ -17,6 +17,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        from django.conf import settings
+
         from catalog.config import ConfigError
         from iop_site.server import serve
         from iop_site.tls import TLSFileError, listeners
@@ -29,6 +31,11 @@ class Command(BaseCommand):
                 self.stderr.write(str(issue))
             raise CommandError(f"invalid config: {len(exc.issues)} error(s)") from None
         names = " ".join(f"{it.role}={it.url()}" for it in listeners(snapshot))
+        if snapshot.openai_tls is not None and not settings.IOP_HTTPS:
+            self.stderr.write(
+                "warning: openai.tls is on but IOP_HTTPS is not set: the admin's session and "
+                "CSRF cookies are not marked Secure and no HSTS is sent (docs/configuration.md)"
+            )
 
         def ready() -> None:
             sys.stdout.write(f"IOP Edge ready: {names}\n")  # R-TLS-1: https:// and wss://
