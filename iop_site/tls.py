@@ -1,7 +1,6 @@
 """TLS on the Edge's listeners (R-TLS-1): certificate options built in code, one endpoint each.
 
-A listener with ``tls`` is served over TLS 1.2+ with Twisted's default (modern, forward
-secret) cipher list; with ``client_ca_file`` every client must present a certificate signed
+A listener with ``tls`` is served over TLS 1.2+ with forward-secret AEAD ciphers only; with ``client_ca_file`` every client must present a certificate signed
 by that CA (mutual TLS). Files are read once, before anything listens: a missing or
 unreadable file refuses the start naming the config path and the file (docs/configuration.md).
 """
@@ -19,6 +18,8 @@ from cryptography.hazmat.primitives import serialization
 from catalog.config import HostPort, TLSFiles
 
 _BACKLOG = 1024  # Twisted's default is 50 (docs/performance.md)
+# TLS 1.2 suites: forward-secret AEAD only (TLS 1.3 suites are all of that kind already).
+MODERN_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:DHE+AESGCM:DHE+CHACHA20:!aNULL:!eNULL"
 
 
 class TLSFileError(Exception):
@@ -91,6 +92,7 @@ def certificate_options(tls: TLSFiles, where: str) -> Any:
             certificate=crypto.X509.from_cryptography(chain[0]),
             extraCertChain=[crypto.X509.from_cryptography(c) for c in chain[1:]],
             raiseMinimumTo=ssl.TLSVersion.TLSv1_2,
+            acceptableCiphers=ssl.AcceptableCiphers.fromOpenSSLCipherString(MODERN_CIPHERS),
             **options,
         )
         built.getContext()  # built lazily otherwise: a key that does not match fails here

@@ -14,6 +14,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -153,6 +154,26 @@ def _tls_client_handshake(port: int, context: ssl.SSLContext) -> None:
         tls.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         if not tls.recv(1):
             raise ConnectionError("closed")
+
+
+@pytest.mark.parametrize("old", ["TLS 1.1", "TLS 1.2 with RSA key exchange and CBC"])
+def test_old_protocols_and_weak_ciphers_are_refused(mtls: Stack, pki: Pki, old: str):
+    """R-TLS-1: TLS 1.2+ with forward-secret AEAD suites only."""
+    context = pki.client_context()
+    if old == "TLS 1.1":
+        with warnings.catch_warnings():  # the client side is deliberately old here
+            warnings.simplefilter("ignore", DeprecationWarning)
+            context.minimum_version = ssl.TLSVersion.TLSv1
+            context.maximum_version = ssl.TLSVersion.TLSv1_1
+        context.set_ciphers("DEFAULT:@SECLEVEL=0")  # so only the server can refuse
+    else:
+        context.maximum_version = ssl.TLSVersion.TLSv1_2
+        context.set_ciphers("AES128-SHA:AES256-SHA:AES128-GCM-SHA256")
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        _tls_client_handshake(mtls.ports["openai"], context)
+    modern = pki.client_context()
+    modern.maximum_version = ssl.TLSVersion.TLSv1_2
+    _tls_client_handshake(mtls.ports["openai"], modern)  # TLS 1.2 itself is fine
 
 
 def test_a_client_without_a_certificate_is_refused_by_mutual_tls(mtls: Stack, pki: Pki):
