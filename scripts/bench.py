@@ -23,6 +23,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "scripts")) if p not in sys.path]
 
+import bench_tls  # noqa: E402
 from bench_client import (  # noqa: E402
     Probe,
     StreamSample,
@@ -250,6 +251,7 @@ def main() -> int:
                 pool={"max_queue": 1024},
                 log_level="WARNING",
             ) as stack,
+            bench_tls.cell(Path(directory) / "tls", int(port), BODIES) as tls_target,
         ):
             assert stack.edge and stack.edge.popen and stack.nodes[0].popen
             pids = {"edge": stack.edge.popen.pid, "node": stack.nodes[0].popen.pid}
@@ -258,6 +260,7 @@ def main() -> int:
                 Target("upstream", int(port), {"upstream": upstream.pid}),
                 Target("proxy", proxy_port, {"proxy": proxy.pid}),
                 Target("edge", stack.ports["openai"], pids, stack.token),
+                tls_target,
             ]
             if args.translated:
                 targets.append(
@@ -281,7 +284,7 @@ def main() -> int:
                 proc.terminate()
                 proc.wait(10)
     report = render(rows, memory, time.monotonic() - started, args.rounds)
-    print(report["text"] + "\n\n" + limits)
+    print(report["text"] + "\n\n" + limits + bench_tls.compare(rows))
     if args.json:
         Path(args.json).write_text(json.dumps(report["data"], indent=2))
     return 0

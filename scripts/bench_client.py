@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import ssl
 import subprocess
 import time
 from dataclasses import dataclass
@@ -73,7 +74,15 @@ class StreamSample:
 class Probe:
     """One keep-alive connection that sends POSTs and times each response."""
 
-    def __init__(self, host: str, port: int, path: str, body: bytes, token: str) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        path: str,
+        body: bytes,
+        token: str,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         headers = [
             f"POST {path} HTTP/1.1",
             f"Host: {host}:{port}",
@@ -83,13 +92,15 @@ class Probe:
         if token:
             headers.append(f"Authorization: Bearer {token}")
         self.request = ("\r\n".join(headers) + "\r\n\r\n").encode() + body
-        self.host, self.port = host, port
+        self.host, self.port, self.tls = host, port, tls
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
     async def one(self) -> StreamSample:
         if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+            self.reader, self.writer = await asyncio.open_connection(
+                self.host, self.port, ssl=self.tls
+            )
         reader, writer = self.reader, self.writer
         assert reader is not None
         start = time.perf_counter()
