@@ -1,8 +1,9 @@
 """TLS on the Edge's listeners (R-TLS-1): certificate options built in code, one endpoint each.
 
-A listener with ``tls`` is served over TLS 1.2+ with forward-secret AEAD ciphers only; with ``client_ca_file`` every client must present a certificate signed
-by that CA (mutual TLS). Files are read once, before anything listens: a missing or
-unreadable file refuses the start naming the config path and the file (docs/configuration.md).
+A listener with ``tls`` is served over TLS 1.2+ with forward-secret AEAD ciphers only; with
+``client_ca_file`` every client must present a certificate signed by that CA (mutual TLS).
+Files are read once, before anything listens: a missing or unreadable file refuses the start
+naming the config path and the file (docs/configuration.md).
 """
 
 from __future__ import annotations

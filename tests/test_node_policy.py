@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from nodes.agent.config import ConfigError, parse_config
+from nodes.agent.config import NodeConfigError, parse_config
 from nodes.agent.policy import NodePolicy
 from nodes.agent.registry import Registry
-from nodes.wire import NodePayload, ProviderPayload, SecretRef
+from nodes.wire import NodePayload, ProviderPayload, SecretRefPayload
 
 
 def _policy(tmp_path: Path, **policy: object) -> NodePolicy:
@@ -74,18 +74,18 @@ def test_secrets_are_allowed_by_env_name_pattern_and_by_file_directory(tmp_path)
     (tmp_path / "outside").mkdir()
     (tmp_path / "keys-evil").mkdir()
     policy = _policy(tmp_path, hosts=["h"], secrets={"env": ["OPENAI_*"], "file_dirs": ["keys"]})
-    ok_env = _http("http://h/v1", credential=SecretRef(env="OPENAI_KEY"))
+    ok_env = _http("http://h/v1", credential=SecretRefPayload(env="OPENAI_KEY"))
     assert policy.refusal(ok_env) is None
-    bad_env = _http("http://h/v1", credential=SecretRef(env="AWS_SECRET"))
+    bad_env = _http("http://h/v1", credential=SecretRefPayload(env="AWS_SECRET"))
     assert "AWS_SECRET" in (policy.refusal(bad_env) or "")
     for path, allowed in [
         (keys / "a.key", True),
         (keys / ".." / "outside" / "a.key", False),  # no escape by ..
         (tmp_path / "keys-evil" / "a.key", False),  # a sibling with the same prefix
     ]:
-        provider = _http("http://h/v1", credential=SecretRef(file=str(path)))
+        provider = _http("http://h/v1", credential=SecretRefPayload(file=str(path)))
         assert (policy.refusal(provider) is None) == allowed, path
-    cli_env = _cli(["x"], env={"TOKEN": SecretRef(env="HOME_TOKEN")})
+    cli_env = _cli(["x"], env={"TOKEN": SecretRefPayload(env="HOME_TOKEN")})
     policy = _policy(tmp_path, commands=[["x"]], secrets={"env": ["OPENAI_*"]})
     assert "HOME_TOKEN" in (policy.refusal(cli_env) or "")
 
@@ -93,7 +93,7 @@ def test_secrets_are_allowed_by_env_name_pattern_and_by_file_directory(tmp_path)
 def test_a_kind_left_out_of_the_policy_allows_nothing_of_that_kind(tmp_path):
     policy = _policy(tmp_path, hosts=["h"])
     assert policy.refusal(_cli(["anything"])) is not None
-    assert policy.refusal(_http("http://h/v1", credential=SecretRef(env="K"))) is not None
+    assert policy.refusal(_http("http://h/v1", credential=SecretRefPayload(env="K"))) is not None
     assert policy.refusal(_http("http://h/v1")) is None
 
 
@@ -120,7 +120,7 @@ def test_a_refused_provider_gets_no_adapter_in_the_registry(tmp_path):
     ],
 )
 def test_a_bad_policy_is_refused_at_load_with_its_path(tmp_path, policy, message):
-    with pytest.raises(ConfigError) as refused:
+    with pytest.raises(NodeConfigError) as refused:
         _policy(tmp_path, **policy)
     assert message in refused.value.errors
 

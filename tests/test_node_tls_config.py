@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from nodes.agent.client import tls_context
-from nodes.agent.config import ConfigError, parse_config
+from nodes.agent.config import NodeConfigError, parse_config
 from nodes.agent.limits import Limits
 from tests.fakes.tls import Pki
 
@@ -18,7 +18,7 @@ def _doc(url: str = "wss://edge.example:7700/ws/node", **extra: object) -> dict[
 
 
 def _errors(data: dict[str, object], base_dir: Path) -> list[str]:
-    with pytest.raises(ConfigError) as refused:
+    with pytest.raises(NodeConfigError) as refused:
         parse_config(data, base_dir=base_dir)
     return refused.value.errors
 

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from nodes.wire import NodePayload, ProviderPayload, SecretRef
+from nodes.wire import NodePayload, ProviderPayload, SecretRefPayload
 
 _NonEmpty = Annotated[str, Field(strict=True, min_length=1)]
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -97,7 +97,7 @@ class NodePolicy(_Strict):
         shown = f"[{host}]" if ":" in host else host
         return f"upstream host {shown}:{port} is not an allowed host"
 
-    def _secret_refusal(self, what: str, ref: SecretRef) -> str | None:
+    def _secret_refusal(self, what: str, ref: SecretRefPayload) -> str | None:
         if ref.env is not None:
             if any(fnmatch.fnmatchcase(ref.env, pattern) for pattern in self.secrets.env):
                 return None
