@@ -95,6 +95,27 @@ def test_openai_sdk_over_https_is_served_by_a_node_over_mutual_tls(mtls: Stack, 
     mtls.wait_idle()
 
 
+def test_a_node_over_plain_wss_serves_the_sdk_over_https(tmp_path: Path, pki: Pki):
+    """R-TLS-2 without mutual TLS: the Node verifies the Edge with tls.ca_file only."""
+    with Stack(
+        tmp_path,
+        edge={"tls": _tls(pki.edge)},
+        openai={"tls": _tls(pki.edge)},
+        nodes=_node({"tls": {"ca_file": str(pki.ca_file)}}),
+    ) as stack:
+        client = openai.OpenAI(
+            base_url=stack.v1_url,
+            api_key=stack.token,
+            http_client=httpx.Client(verify=ssl.create_default_context(cafile=pki.ca_file)),
+            max_retries=0,
+        )
+        reply = client.chat.completions.create(
+            model="gpt-test", messages=[{"role": "user", "content": "hi"}]
+        )
+        assert reply.choices[0].message.content
+        stack.wait_idle()
+
+
 def test_startup_line_prints_https_and_wss(mtls: Stack):
     """R-TLS-1: the ready line names the scheme each listener really speaks."""
     assert mtls.edge is not None
