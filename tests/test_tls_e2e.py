@@ -74,23 +74,28 @@ def mtls(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield stack
 
 
-def test_openai_sdk_over_https_is_served_by_a_node_over_mutual_tls(mtls: Stack, pki: Pki):
-    """R-TLS-1, R-TLS-2: https to the Edge, the Node on wss:// with its client certificate."""
-    client = openai.OpenAI(
-        base_url=mtls.v1_url,
-        api_key=mtls.token,
+def _sdk(stack: Stack, pki: Pki) -> openai.OpenAI:
+    """The official SDK over https, trusting only the test CA."""
+    return openai.OpenAI(
+        base_url=stack.v1_url,
+        api_key=stack.token,
         http_client=httpx.Client(verify=ssl.create_default_context(cafile=pki.ca_file)),
         max_retries=0,
     )
-    reply = client.chat.completions.create(
-        model="gpt-test", messages=[{"role": "user", "content": "hi"}]
-    )
-    assert reply.choices[0].message.content
-    chunks = list(
-        client.chat.completions.create(
-            model="gpt-test", messages=[{"role": "user", "content": "hi"}], stream=True
+
+
+def test_openai_sdk_over_https_is_served_by_a_node_over_mutual_tls(mtls: Stack, pki: Pki):
+    """R-TLS-1, R-TLS-2: https to the Edge, the Node on wss:// with its client certificate."""
+    with _sdk(mtls, pki) as client:
+        reply = client.chat.completions.create(
+            model="gpt-test", messages=[{"role": "user", "content": "hi"}]
         )
-    )
+        assert reply.choices[0].message.content
+        chunks = list(
+            client.chat.completions.create(
+                model="gpt-test", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+        )
     assert any(c.choices and c.choices[0].delta.content for c in chunks)
     mtls.wait_idle()
 
@@ -103,15 +108,10 @@ def test_a_node_over_plain_wss_serves_the_sdk_over_https(tmp_path: Path, pki: Pk
         openai={"tls": _tls(pki.edge)},
         nodes=_node({"tls": {"ca_file": str(pki.ca_file)}}),
     ) as stack:
-        client = openai.OpenAI(
-            base_url=stack.v1_url,
-            api_key=stack.token,
-            http_client=httpx.Client(verify=ssl.create_default_context(cafile=pki.ca_file)),
-            max_retries=0,
-        )
-        reply = client.chat.completions.create(
-            model="gpt-test", messages=[{"role": "user", "content": "hi"}]
-        )
+        with _sdk(stack, pki) as client:
+            reply = client.chat.completions.create(
+                model="gpt-test", messages=[{"role": "user", "content": "hi"}]
+            )
         assert reply.choices[0].message.content
         stack.wait_idle()
 
