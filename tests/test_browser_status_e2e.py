@@ -1,5 +1,6 @@
 """Admin pages in a real browser: the pool status page follows a slow request live, without a
-reload; the usage page charts what the Edge metered.
+reload, and shows a provider its Node refuses with the reason (R-TLS-3); the usage page
+charts what the Edge metered.
 
 Headless Debian Chromium (``scripts/install-browser.sh``) driven by Playwright; never a
 downloaded browser. R-POOL-8 (what the page shows), R-POOL-9 (back to 0 afterwards),
@@ -117,3 +118,49 @@ def test_usage_page_charts_metered_requests_per_principal_and_model_group(
     principal = page.locator('figure[data-section="principal"][data-key="team-test"]')
     assert principal.get_attribute("data-requests") == group.get_attribute("data-requests")
     stack.wait_idle()
+
+
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """A Node whose own policy refuses one of its two providers (R-TLS-3)."""
+    providers = [
+        {"id": "p-slow", "profile": "openai", "base_url": "{up:main}/v1", "capacity": 2},
+        {"id": "p-denied", "type": "cli", "command": ["/bin/false"], "capacity": 1},
+    ]
+    nodes = [{"id": "node-1", "providers": providers,
+              "config": {"policy": {"hosts": ["{up:main}"]}}}]  # fmt: skip
+    stack = Stack(
+        tmp_path_factory.mktemp("browser-refusing"),
+        nodes=nodes,
+        models=[{"id": "slow-model", "providers": {"p-slow": "served-slow"}}],
+        log_level="WARNING",
+    )
+    try:
+        stack.start(wait_online=False)
+        stack.wait_until(
+            lambda snap: any(p["unavailable"] for p in snap["providers"]),
+            what="p-denied reported",
+        )
+        _create_staff(stack)
+        yield stack
+    finally:
+        stack.stop()
+
+
+def test_status_page_shows_a_provider_its_node_refuses_with_the_reason_live(
+    refusing: Stack, page: Page
+) -> None:
+    """R-TLS-3: both the first render and the live redraw show the state and the reason."""
+    page.goto(refusing.openai_url + "/admin/pool-status/")
+    page.fill("#id_username", "staff")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_url("**/admin/pool-status/")
+    denied = 'tr[data-provider="p-denied"]'
+    page.evaluate(f"document.querySelector('{denied}').dataset.first = 'yes'")
+    page.wait_for_selector(f"{denied}:not([data-first])")  # redrawn by the live feed
+    row = page.locator(denied)
+    assert row.get_attribute("data-state") == "unavailable"
+    reason = row.locator('[data-field="unavailable"]').inner_text()
+    assert reason == "refused by node policy: command /bin/false is not an allowed command prefix"
+    assert page.locator('tr[data-provider="p-slow"]').get_attribute("data-state") == "idle"
