@@ -152,3 +152,24 @@ def test_iop_node_policy_allows_exactly_the_example_providers_of_that_node(tmp_p
     http = next(p for p in payload.providers if p.id == "vllm-local")
     moved = {op: url.replace(":8000", ":8001") for op, url in http.operations.items()}
     assert policy.refusal(msgspec.structs.replace(http, operations=moved)) is not None
+
+
+@pytest.mark.django_db
+def test_iop_node_policy_reads_the_catalog_by_default_as_make_run_does():
+    """R-TLS-3: without --config the policy follows the catalog (what `make run` writes)."""
+    from io import StringIO
+
+    import yaml
+    from django.core.management import CommandError, call_command
+
+    from catalog.config import parse_text
+    from catalog.documents import document_to_catalog
+
+    document_to_catalog(parse_text(EDGE_YAML.read_text()))
+    out = StringIO()
+    call_command("iop_node_policy", "node-local", stdout=out)
+    policy = yaml.safe_load(out.getvalue())["policy"]
+    assert policy["hosts"] == ["127.0.0.1:11434", "127.0.0.1:8000"]
+    assert policy["commands"] == [["python3", "-c", "import sys; print(sys.stdin.read())"]]
+    with pytest.raises(CommandError, match="no node gpu-9"):
+        call_command("iop_node_policy", "gpu-9", stdout=StringIO())
