@@ -13,8 +13,8 @@ from typing import Any
 
 from bench_client import Probe
 
-from tests.fakes.tls import Pki
-from tests.harness import Stack
+from tests.support import Stack
+from tests.support.tls import Pki
 
 NAME = "edge-tls"
 

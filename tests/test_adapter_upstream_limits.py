@@ -16,8 +16,8 @@ from nodes.agent.adapters.ollama import OllamaAdapter
 from nodes.agent.adapters.openai_compat import OpenAICompatAdapter
 from nodes.agent.limits import Limits, MiB
 from tests.fakes import FakeOllama, FakeOpenAI
-from tests.fakes.payloads import chat_body, cli_provider, ollama_provider, openai_provider
-from tests.fakes.procs import alive, reaped, wait_exit
+from tests.support.payloads import chat_body, cli_provider, ollama_provider, openai_provider
+from tests.support.pids import alive, reaped, wait_exit
 
 SMALL = Limits(max_body_bytes=1 * MiB, max_line_bytes=64 * 1024, cli_max_output_bytes=256 * 1024)
 SLACK = 16 * MiB  # socket and reader buffers: far below the fault's 1 GiB
@@ -33,7 +33,7 @@ async def _nothing(_text: str) -> None:
 
 
 @pytest.fixture
-async def http():
+async def upstream_http():
     client = HttpClient(SMALL)
     yield client
     await client.aclose()
@@ -49,7 +49,7 @@ async def other():
 @pytest.mark.parametrize("kind", ["openai_compat", "ollama"])
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_redirect_to_another_host_is_an_upstream_error_and_is_not_followed(
-    http, other, kind, stream
+    upstream_http, other, kind, stream
 ):
     """R-TLS-4: a 307 (which would replay the prompt and the key) ends the run."""
     fake = FakeOpenAI() if kind == "openai_compat" else FakeOllama()
@@ -57,10 +57,10 @@ async def test_a_redirect_to_another_host_is_an_upstream_error_and_is_not_follow
         upstream.faults.redirect_to = other.url + "/v1/chat/completions"
         if kind == "openai_compat":
             adapter: OpenAICompatAdapter | OllamaAdapter = OpenAICompatAdapter(
-                openai_provider(upstream.url), http
+                openai_provider(upstream.url), upstream_http
             )
         else:
-            adapter = OllamaAdapter(ollama_provider(upstream.url), http)
+            adapter = OllamaAdapter(ollama_provider(upstream.url), upstream_http)
         with pytest.raises(AdapterError) as failed:
             await adapter.run(spec(stream=stream), _nothing)
     assert failed.value.code == "upstream_error"
@@ -69,22 +69,22 @@ async def test_a_redirect_to_another_host_is_an_upstream_error_and_is_not_follow
     assert other.requests == []
 
 
-async def test_cookies_an_upstream_sets_are_never_sent_back(http):
+async def test_cookies_an_upstream_sets_are_never_sent_back(upstream_http):
     """R-TLS-4: no cookie jar, so one caller's upstream session never reaches the next."""
     async with FakeOpenAI() as upstream:
         upstream.faults.set_cookie = "session=caller-one; Path=/"
-        adapter = OpenAICompatAdapter(openai_provider(upstream.url), http)
+        adapter = OpenAICompatAdapter(openai_provider(upstream.url), upstream_http)
         await adapter.run(spec(stream=False), _nothing)
         await adapter.run(spec(stream=False), _nothing)
     assert len(upstream.requests) == 2
     assert all("cookie" not in r.headers for r in upstream.requests)
 
 
-async def test_a_huge_non_stream_body_is_refused_as_soon_as_it_passes_the_cap(http):
+async def test_a_huge_non_stream_body_is_refused_as_soon_as_it_passes_the_cap(upstream_http):
     """R-TLS-4: reading stops at limits.max_body_bytes; the upstream is cut off."""
     async with FakeOpenAI() as upstream:
         upstream.faults.endless_body = b"x" * 65536
-        adapter = OpenAICompatAdapter(openai_provider(upstream.url), http)
+        adapter = OpenAICompatAdapter(openai_provider(upstream.url), upstream_http)
         with pytest.raises(AdapterError) as failed:
             await adapter.run(spec(stream=False), _nothing)
         async with asyncio.timeout(10):
@@ -94,11 +94,11 @@ async def test_a_huge_non_stream_body_is_refused_as_soon_as_it_passes_the_cap(ht
     assert upstream.endless_sent < SMALL.max_body_bytes + SLACK
 
 
-async def test_an_ndjson_line_without_a_newline_is_refused_at_the_line_cap(http):
+async def test_an_ndjson_line_without_a_newline_is_refused_at_the_line_cap(upstream_http):
     """R-TLS-4: Ollama's stream is split on newlines; an endless line stops at the cap."""
     async with FakeOllama() as upstream:
         upstream.faults.endless_body = b"y" * 8192
-        adapter = OllamaAdapter(ollama_provider(upstream.url), http)
+        adapter = OllamaAdapter(ollama_provider(upstream.url), upstream_http)
         with pytest.raises(AdapterError) as failed:
             await adapter.run(spec(stream=True), _nothing)
         async with asyncio.timeout(10):

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.fakes import CLI_TOOL
-from tests.harness import Stack
+from tests.support import Stack
 
 pytestmark = pytest.mark.slow
 

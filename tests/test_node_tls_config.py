@@ -10,7 +10,7 @@ import pytest
 from nodes.agent.client import tls_context
 from nodes.agent.config import NodeConfigError, parse_config
 from nodes.agent.limits import Limits
-from tests.fakes.tls import Pki
+from tests.support.tls import Pki
 
 
 def _doc(url: str = "wss://edge.example:7700/ws/node", **extra: object) -> dict[str, object]:

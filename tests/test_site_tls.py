@@ -10,7 +10,7 @@ import pytest
 
 from catalog.config import HostPort, TLSFiles
 from iop_site.tls import Endpoints, Listener, TLSFileError, certificate_options, listeners
-from tests.fakes.tls import Pki
+from tests.support.tls import Pki
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """TLS on every listener with real processes: the OpenAI SDK over https, Nodes over wss and
 mutual TLS, and every bad certificate refused with a clear line (R-TLS-1, R-TLS-2).
-Certificates are minted in the test (tests.fakes.tls)."""
+Certificates are minted in the test (tests.support.tls)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ import httpx
 import openai
 import pytest
 
-from tests.fakes.tls import Pair, Pki
-from tests.harness import Stack
+from tests.support import Stack
+from tests.support.tls import Pair, Pki
 
 pytestmark = pytest.mark.slow
 

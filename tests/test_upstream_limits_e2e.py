@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.fakes import CLI_TOOL
-from tests.harness import Stack
+from tests.support import Stack
 
 pytestmark = pytest.mark.slow
 
@@ -46,9 +46,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @pytest.fixture(autouse=True)
 def _clean(stack: Stack) -> Iterator[None]:
-    stack.reset_upstreams()
-    yield
-    stack.wait_idle()  # R-POOL-9: every test ends with no lease held
+    with stack.clean_slate():  # R-POOL-9: every test ends with no lease held
+        yield
 
 
 def _chat(model: str = "gpt-test") -> dict[str, object]:
@@ -88,7 +87,7 @@ def test_a_body_without_end_stops_at_the_nodes_cap(stack: Stack, http: httpx.Cli
 
 
 def test_a_cli_that_forks_and_exits_answers_and_leaves_no_child(stack: Stack, http: httpx.Client):
-    from tests.fakes.procs import alive
+    from tests.support.pids import alive
 
     response = http.post(CHAT, json=_chat("fork"))
     assert response.status_code == 200

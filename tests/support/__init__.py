@@ -10,13 +10,16 @@ Modules
     module where tests do not interfere; end each test with ``stack.wait_idle()``.
 
     ``Stack(directory, *, upstreams=..., providers=..., models=..., nodes=None, openai=None,
-    pool=None, profiles=None, env=None, log_level="INFO")``: ``upstreams`` maps a name to a
-    fake kind; ``"{up:NAME}"`` inside provider definitions becomes that upstream's URL.
-    ``providers`` belong to the one default node ``node-1``; ``nodes=[{"id": ..., "providers":
-    [...]}, ...]`` for more. ``openai``, ``pool`` (``provider_pool``) and ``profiles``
-    (``protocol_profiles``) are merged into the Edge config; ``env`` is extra environment for
-    the Edge and the Nodes. ``start()`` (or ``with Stack(...)``) returns once every provider is
-    online.
+    edge=None, pool=None, profiles=None, env=None, log_level="INFO")``: ``upstreams`` maps a
+    name to a fake kind; ``"{up:NAME}"`` inside provider definitions becomes that upstream's
+    URL. ``providers`` belong to the one default node ``node-1``; ``nodes=[{"id": ...,
+    "providers": [...], "config": {...}}, ...]`` for more, ``config`` being extra node.yaml
+    keys (``tls``, ``policy``, ``limits``; ``"{up:NAME}"`` there is the upstream's
+    ``host:port``). ``openai``, ``edge``, ``pool`` (``provider_pool``) and ``profiles``
+    (``protocol_profiles``) are merged into the Edge config (``edge={"tls": ...}`` makes the
+    Nodes dial ``wss://``, ``openai={"tls": ...}`` makes ``openai_url`` https); ``env`` is
+    extra environment for the Edge and the Nodes. ``start()`` (or ``with Stack(...)``)
+    returns once every provider is online; ``start(wait_online=False)`` does not wait.
 
     ``openai_url``, ``v1_url``, ``control_url`` (the control listener on ``admin.listen``),
     ``token`` (the raw client token; token_ref ``app-test``, principal_ref ``team-test``),
@@ -73,7 +76,9 @@ Modules
 ``metering``
     ``record_factory(**defaults)``: usage records.
 ``tls``
-    ``self_signed(...)``: certificates minted in the test.
+    ``self_signed(...)`` and ``Pki(directory)``: certificates minted in the test (a CA, an
+    Edge certificate for loopback, Node client certificates, and expired, self-signed,
+    wrong-name and wrong-CA ones).
 """
 
 from tests.support.processes import ROOT, free_port, sha256_hex
