@@ -59,6 +59,21 @@ def test_a_client_certificate_needs_its_key_and_every_file_must_exist(tmp_path):
     )
 
 
+def test_unusable_tls_files_are_refused_at_load_not_retried_forever(tmp_path):
+    """R-TLS-2: a CA file that is not PEM, or a key that is not the certificate's, is a
+    config error naming the files."""
+    pki = Pki(tmp_path / "pki")
+    pair, other = pki.client("n"), pki.client("m")
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    assert _errors(_doc(tls={"ca_file": str(junk)}), tmp_path) == [
+        f"tls: ca_file: {junk} holds no PEM certificate"
+    ]
+    tls = {"cert_file": str(pair.cert), "key_file": str(other.key)}
+    mismatch = _errors(_doc(tls=tls), tmp_path)
+    assert len(mismatch) == 1 and str(pair.cert) in mismatch[0] and str(other.key) in mismatch[0]
+
+
 def test_the_tls_context_verifies_against_ca_file_and_presents_the_client_cert(tmp_path):
     """R-TLS-2: TLS 1.2+, hostname checked, the CA from tls.ca_file, our certificate loaded."""
     pki = Pki(tmp_path / "pki")

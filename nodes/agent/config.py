@@ -10,6 +10,7 @@ relative to the config file's directory.
 from __future__ import annotations
 
 import ipaddress
+import ssl
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -97,9 +98,24 @@ class TlsConfig(_Strict):
         return None if value is None else _file_ref(value, info)
 
     @model_validator(mode="after")
-    def _cert_with_key(self) -> TlsConfig:
+    def _usable(self) -> TlsConfig:
+        """Checked at load, so a bad file is a config error, not a retry loop."""
         if (self.cert_file is None) != (self.key_file is None):
             raise ValueError("set cert_file and key_file together")
+        context = ssl.create_default_context()
+        try:
+            if self.ca_file is not None:
+                context.load_verify_locations(cafile=self.ca_file)
+        except (ssl.SSLError, OSError):
+            raise ValueError(f"ca_file: {self.ca_file} holds no PEM certificate") from None
+        try:
+            if self.cert_file is not None and self.key_file is not None:
+                context.load_cert_chain(self.cert_file, self.key_file)
+        except (ssl.SSLError, OSError):
+            raise ValueError(
+                f"cert_file {self.cert_file} and key_file {self.key_file} are not a PEM "
+                "certificate and its unencrypted key"
+            ) from None
         return self
 
 
