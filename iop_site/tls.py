@@ -16,7 +16,7 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from catalog.config import HostPort, TLSFiles
+from catalog.config import EdgeSnapshot, HostPort, TLSFiles
 
 _BACKLOG = 1024  # Twisted's default is 50 (docs/performance.md)
 # TLS 1.2 suites: forward-secret AEAD only (TLS 1.3 suites are all of that kind already).
@@ -163,7 +163,7 @@ class Endpoints:
         daphne.server.serverFromString = self.resolve(original)
 
 
-def listeners(snapshot: Any) -> list[Listener]:
+def listeners(snapshot: EdgeSnapshot) -> list[Listener]:
     """The Edge's listeners in start order: Nodes, the loopback admin, then the public API."""
     found = [
         Listener("edge", snapshot.edge_listen, snapshot.edge_tls),
