@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_client import Probe
+from bench_upstream import EVENTS
 
 from tests.support import Stack
 from tests.support.tls import Pki
@@ -20,19 +21,24 @@ NAME = "edge-tls"
 
 
 class TlsTarget:
-    """An https Edge: what `bench.py` needs of a target (url, probe, pids)."""
+    """An https Edge: what `bench.py` needs of a target (url, body, probe, events, pids)."""
 
     def __init__(self, stack: Stack, ca_file: Path, bodies: dict[str, Any]) -> None:
         assert stack.edge and stack.edge.popen and stack.nodes[0].popen
         self.name, self.port, self.token = NAME, stack.ports["openai"], stack.token
         self.pids = {"edge": stack.edge.popen.pid, "node": stack.nodes[0].popen.pid}
         self.url = f"https://127.0.0.1:{self.port}/v1/chat/completions"  # wrk: no verify
+        self.events = EVENTS
         self._tls = ssl.create_default_context(cafile=ca_file)
         self._bodies = bodies
 
+    def body(self, mode: str) -> bytes:
+        return json.dumps(self._bodies[mode]).encode()
+
     def probe(self, mode: str) -> Probe:
-        body = json.dumps(self._bodies[mode]).encode()
-        return Probe("127.0.0.1", self.port, "/v1/chat/completions", body, self.token, self._tls)
+        return Probe(
+            "127.0.0.1", self.port, "/v1/chat/completions", self.body(mode), self.token, self._tls
+        )
 
 
 @contextlib.contextmanager

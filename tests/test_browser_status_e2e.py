@@ -141,7 +141,7 @@ def refusing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             lambda snap: any(p["unavailable"] for p in snap["providers"]),
             what="p-denied reported",
         )
-        _create_staff(stack)
+        stack.create_superuser("staff", PASSWORD)
         yield stack
     finally:
         stack.stop()
@@ -152,9 +152,7 @@ def test_status_page_shows_a_provider_its_node_refuses_with_the_reason_live(
 ) -> None:
     """R-TLS-3: both the first render and the live redraw show the state and the reason."""
     page.goto(refusing.openai_url + "/admin/pool-status/")
-    page.fill("#id_username", "staff")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
+    admin_login(page, "staff", PASSWORD)
     page.wait_for_url("**/admin/pool-status/")
     denied = 'tr[data-provider="p-denied"]'
     page.evaluate(f"document.querySelector('{denied}').dataset.first = 'yes'")

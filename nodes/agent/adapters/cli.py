@@ -205,7 +205,8 @@ class CliAdapter:
                 if size > cap:
                     raise AdapterError(
                         "upstream_error",
-                        f"command output over {cap} bytes (limits.cli_max_output_bytes)",
+                        f"the CLI program's output is over {cap} bytes "
+                        "(limits.cli_max_output_bytes)",
                     )
                 text = decoder.decode(data)
                 if text:

@@ -170,8 +170,9 @@ class Upstream:
             self._resp.close()
             raise AdapterError(
                 "upstream_error",
-                f"upstream {_where(self._url)} answered HTTP {self._resp.status} (a redirect"
-                f"{_to(self._resp)}); redirects are not followed",
+                f"the upstream answered HTTP {self._resp.status}, a redirect: not followed",
+                detail=f"upstream {_where(self._url)} answered HTTP {self._resp.status} "
+                f"(a redirect{_to(self._resp)}); redirects are not followed",
                 status=self._resp.status,
             )
         if self._resp.status >= 400:
@@ -227,8 +228,8 @@ class Upstream:
             if size > cap:
                 raise AdapterError(
                     "upstream_error",
-                    f"upstream {_where(self._url)} sent a body over {cap} bytes (limits."
-                    "max_body_bytes)",
+                    f"the upstream answer is over {cap} bytes (limits.max_body_bytes)",
+                    detail=f"upstream {_where(self._url)} sent a body over {cap} bytes",
                     status=self.status or None,
                 )
             parts.append(chunk)

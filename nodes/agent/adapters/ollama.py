@@ -217,7 +217,7 @@ class OllamaAdapter:
             if len(pending) > cap or any(len(line) > cap for line in lines):
                 raise AdapterError(  # R-TLS-4: a line is never buffered without bound
                     "upstream_error",
-                    f"upstream sent an NDJSON line over {cap} bytes (limits.max_line_bytes)",
+                    f"the upstream sent an NDJSON line over {cap} bytes (limits.max_line_bytes)",
                 )
             events = []  # every event from this read goes out in one emit
             for line in lines:
