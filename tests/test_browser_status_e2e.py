@@ -151,9 +151,7 @@ def test_status_page_shows_a_provider_its_node_refuses_with_the_reason_live(
     refusing: Stack, page: Page
 ) -> None:
     """R-TLS-3: both the first render and the live redraw show the state and the reason."""
-    page.goto(refusing.openai_url + "/admin/pool-status/")
-    admin_login(page, "staff", PASSWORD)
-    page.wait_for_url("**/admin/pool-status/")
+    _sign_in(page, refusing, "/admin/pool-status/")
     denied = 'tr[data-provider="p-denied"]'
     page.evaluate(f"document.querySelector('{denied}').dataset.first = 'yes'")
     page.wait_for_selector(f"{denied}:not([data-first])")  # redrawn by the live feed
