@@ -8,6 +8,7 @@ blocked in ``ProviderPool.acquire``. Bounded: a few seconds per section, < 60 s 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import platform
 import statistics
@@ -18,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pool.engine import Lease, PoolPolicy, PoolProvider, ProviderPool
+from pool.engine import HealthPolicy, Lease, PoolPolicy, PoolProvider, ProviderPool
 
 CHAT = frozenset({"chat"})
 GROUP_SIZE = 10
@@ -92,7 +93,13 @@ async def admit_release(
     pool = new_pool(policy)
     await pool.acquire("busy", CHAT)  # the busy group is full: its waiters stay queued
     tasks = await park(pool, [], ["busy"] * waiters)
-    models = [m for m in policy.groups if m != "busy"]
+    rate, median = await admit_loop(pool, [m for m in policy.groups if m != "busy"], rounds)
+    await unpark(tasks)
+    return rate, median
+
+
+async def admit_loop(pool: ProviderPool, models: list[str], rounds: int) -> tuple[float, float]:
+    """``rounds`` admit + release pairs over ``models``: (rate per second, median µs)."""
     samples = []
     perf = time.perf_counter_ns
     began = perf()
@@ -102,8 +109,29 @@ async def admit_release(
         pool.release(lease)
         samples.append(perf() - t0)
     elapsed = (perf() - began) / 1e9
-    await unpark(tasks)
     return rounds / elapsed, statistics.median(samples) / 1e3
+
+
+async def admit_release_ejected(
+    n: int, ejected_pct: int, rounds: int = 20_000
+) -> tuple[float, float, int]:
+    """Admit + release with ``ejected_pct`` % of the providers ejected, spread evenly over
+    the groups (the first members of each group; 0 = all healthy)."""
+    policy = topology(n)
+    policy = PoolPolicy(
+        policy.providers,
+        policy.groups,
+        max_queue=policy.max_queue,
+        queue_timeout_ms=policy.queue_timeout_ms,
+        health=HealthPolicy(eject_after_failures=1, eject_base_s=3600, eject_max_s=3600),
+    )
+    pool = new_pool(policy)
+    out = n * ejected_pct // 100  # group of p{i} is i % groups: p0.. spread over all groups
+    for p in policy.providers[:out]:
+        pool.probed(p.node_id, p.provider_id, False, "bench")  # one failure ejects
+    assert sum(r.health == "ejected" for r in pool.snapshot().providers) == out
+    rate, median = await admit_loop(pool, list(policy.groups), rounds)
+    return rate, median, out
 
 
 async def fill(pool: ProviderPool, policy: PoolPolicy) -> list[Lease]:
@@ -183,6 +211,19 @@ async def main() -> None:
                 return f"| {n} | {min(n, GROUP_SIZE)} | {waiters} | {rate:,.0f} | {median:.1f} |"
 
             await timed(f"admit {n}/{waiters}", row)
+
+    print("\nprovider health (R-HEALTH-2): admit + release, all healthy vs 10% ejected\n")
+    print("| providers | ejected | admit+release/s | median µs |")
+    print("| ---: | ---: | ---: | ---: |")
+    logging.getLogger("iop.pool.health").disabled = True  # one line per ejection otherwise
+    for n in (100, 1000):
+        for pct in (0, 10):
+
+            async def row5(n: int = n, pct: int = pct) -> str:
+                rate, median, out = await admit_release_ejected(n, pct)
+                return f"| {n} | {out} | {rate:,.0f} | {median:.1f} |"
+
+            await timed(f"health {n}/{pct}", row5)
 
     print("\nnext-waiter dispatch: one release hands its slot to the earliest eligible waiter")
     print("(1000 providers all full; waiters spread over 100 groups, every 7th one long)\n")

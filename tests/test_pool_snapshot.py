@@ -82,4 +82,8 @@ def test_snapshot_as_dict_is_json_ready_r_pool_8() -> None:
         "enabled": True,
         "long_capacity": 1,
         "unavailable": None,
+        "health": "healthy",
+        "health_reason": "",
+        "ejected_for_s": 0.0,
+        "consecutive_failures": 0,
     }

@@ -1,9 +1,12 @@
-"""Random admit / release / cancel / timeout / node / apply sequences against a naive model.
+"""Random admit / release / cancel / timeout / node / apply / health sequences against a
+naive model.
 
 The reference model rescans every waiter after every change, which is slow but obviously
 right; the engine must give every request the same fate, in the same order (R-POOL-1..9,
-R-REF-3, R-NODE-1/3). Requests carry an owner token with a live queue share (R-PRIN-3): the
-one FIFO is unchanged, an owner over its share is refused with ``queue_full``.
+R-REF-3, R-NODE-1/3), and every provider the same health: ejection with backoff, the one
+half-open trial, probes, exclusion sets and address resets (R-HEALTH-1..3). Requests carry
+an owner token with a live queue share (R-PRIN-3): the one FIFO is unchanged, an owner over
+its share is refused with ``queue_full``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from pool.engine import (
+    HealthPolicy,
     Lease,
     NotAdmitted,
     PoolCore,
@@ -45,6 +49,19 @@ class RefWaiter:
     long: bool
     at: float
     owner: str | None = None
+    exclude: frozenset[str] = frozenset()
+
+
+@dataclass
+class RefHealth:
+    """One provider's health, written out longhand (R-HEALTH-2)."""
+
+    fingerprint: str
+    state: str = "healthy"
+    failures: int = 0
+    ejections: int = 0
+    until: float = 0.0
+    trial: int | None = None  # request number of the trial lease
 
 
 @dataclass
@@ -60,18 +77,34 @@ class RefPool:
     gone: dict[str, int] = field(default_factory=dict)
     waiters: list[RefWaiter] = field(default_factory=list)
     events: list[tuple[object, ...]] = field(default_factory=list)
+    health: dict[Key, RefHealth] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.install_health()
 
     def provider(self, pid: str) -> PoolProvider | None:
         return next((p for p in self.policy.providers if p.provider_id == pid), None)
 
-    def live(self, p: PoolProvider) -> bool:
-        return p.enabled and p.capacity >= 1 and p.node_id in self.ready
+    def hp(self, p: PoolProvider) -> RefHealth:
+        return self.health[(p.node_id, p.provider_id)]
 
-    def candidates(self, model: str, needs: frozenset[str], long: bool) -> list[PoolProvider]:
+    def live(self, p: PoolProvider) -> bool:
+        ready = p.enabled and p.capacity >= 1 and p.node_id in self.ready
+        return ready and self.hp(p).state != "ejected"
+
+    def candidates(
+        self, model: str, needs: frozenset[str], long: bool, exclude: frozenset[str] = frozenset()
+    ) -> list[PoolProvider]:
         found = []
         for pid in self.policy.groups.get(model, ()):
             p = self.provider(pid)
-            if p and needs <= p.capabilities and self.live(p) and (not long or p.long_capacity):
+            if (
+                p
+                and needs <= p.capabilities
+                and self.live(p)
+                and (not long or p.long_capacity)
+                and pid not in exclude
+            ):
                 found.append(p)
         return found
 
@@ -81,7 +114,9 @@ class RefPool:
     def choose(self, cands: list[PoolProvider], long: bool) -> PoolProvider | None:
         def has_room(p: PoolProvider) -> bool:
             f, lf = self.flight(p)
-            return f < p.capacity and (not long or lf < p.long_capacity)
+            h = self.hp(p)
+            limit = 0 if h.state == "probing" and h.trial is not None else p.capacity
+            return f < limit and (not long or lf < p.long_capacity)
 
         def rank(p: PoolProvider) -> tuple[int, int, int, str, str]:
             key = (p.node_id, p.provider_id)
@@ -89,7 +124,7 @@ class RefPool:
 
         return min((p for p in cands if has_room(p)), key=rank, default=None)
 
-    def take(self, p: PoolProvider, long: bool) -> Key:
+    def take(self, p: PoolProvider, long: bool, n: int) -> Key:
         counts = self.flight(p)
         assert counts[0] < p.capacity and (not long or counts[1] < p.long_capacity)
         counts[0] += 1
@@ -97,7 +132,85 @@ class RefPool:
         self.picks += 1
         key = (p.node_id, p.provider_id)
         self.last_pick[key] = self.picks
+        h = self.hp(p)
+        if h.state == "probing" and h.trial is None:
+            h.trial = n
         return key
+
+    # --- health, longhand (R-HEALTH-2, R-HEALTH-3) --------------------------------------------
+
+    def install_health(self) -> None:
+        for p in self.policy.providers:
+            key = (p.node_id, p.provider_id)
+            h = self.health.get(key)
+            if h is None:
+                self.health[key] = RefHealth(p.fingerprint)
+            elif h.fingerprint != p.fingerprint:
+                self.health[key] = RefHealth(p.fingerprint)  # a new address starts healthy
+
+    def eject(self, h: RefHealth, seconds: float) -> None:
+        hp = self.policy.health
+        h.state, h.until = "ejected", self.now + min(seconds, hp.eject_max_s)
+        h.ejections += 1
+        h.failures, h.trial = 0, None
+        self.strand()
+
+    def backoff(self, h: RefHealth) -> float:
+        hp = self.policy.health
+        return min(hp.eject_base_s * 2**h.ejections, hp.eject_max_s)
+
+    def restore(self, h: RefHealth) -> None:
+        h.state, h.failures, h.ejections, h.until, h.trial = "healthy", 0, 0, 0.0, None
+        self.pump()
+
+    def configured(self, key: Key) -> RefHealth | None:
+        p = self.provider(key[1])
+        return self.health[key] if p is not None and (p.node_id, p.provider_id) == key else None
+
+    def failed(self, key: Key, n: int | None, retry_after: float | None) -> None:
+        h = self.configured(key)
+        if h is None or not self.policy.health.eject_after_failures:
+            return
+        if h.state == "probing":
+            if n is not None and h.trial != n:
+                return
+            self.eject(h, self.backoff(h) if retry_after is None else retry_after)
+        elif h.state == "healthy":
+            h.failures += 1
+            if retry_after is not None:
+                self.eject(h, retry_after)
+            elif h.failures >= self.policy.health.eject_after_failures:
+                self.eject(h, self.backoff(h))
+
+    def succeeded(self, key: Key, n: int) -> None:
+        h = self.configured(key)
+        if h is None or h.state == "ejected":
+            return
+        h.failures = 0
+        if h.state == "probing" and h.trial == n:
+            self.restore(h)
+
+    def probed(self, key: Key, ok: bool) -> None:
+        h = self.configured(key)
+        if h is None:
+            return
+        if ok:
+            if h.state == "probing" or (h.state == "ejected" and h.until <= self.now):
+                self.restore(h)
+            elif h.state == "healthy":
+                h.failures = 0
+        elif h.state != "ejected":
+            self.failed(key, None, None)
+
+    def wake(self) -> None:
+        woke = False
+        for p in self.policy.providers:
+            h = self.hp(p)
+            if h.state == "ejected" and h.until <= self.now:
+                h.state, h.trial = "probing", None
+                woke = True
+        if woke:
+            self.pump()
 
     def admit(
         self,
@@ -107,6 +220,7 @@ class RefPool:
         long: bool,
         owner: str | None = None,
         share: int | None = None,
+        exclude: frozenset[str] = frozenset(),
     ) -> object:
         if self.waiters and self.policy.queue_timeout_ms:
             self.expire()
@@ -115,24 +229,27 @@ class RefPool:
         members = [self.provider(pid) for pid in self.policy.groups[model]]
         if not any(p and needs <= p.capabilities for p in members):
             return NotAdmitted
-        cands = self.candidates(model, needs, long)
+        cands = self.candidates(model, needs, long, exclude)
         if not cands:
             return Unavailable
         chosen = self.choose(cands, long)
         if chosen is not None:
-            return self.take(chosen, long)
+            return self.take(chosen, long, n)
         if len(self.waiters) >= self.policy.max_queue:
             return QueueFull
         queued = sum(w.owner == owner for w in self.waiters)
         if owner is not None and share is not None and queued >= share:
             return QueueFull  # R-PRIN-3: the owner's share, the queue itself unchanged
-        self.waiters.append(RefWaiter(n, model, needs, long, self.now, owner))
+        self.waiters.append(RefWaiter(n, model, needs, long, self.now, owner, exclude))
         return None
 
-    def release(self, key: Key, long: bool) -> None:
+    def release(self, key: Key, long: bool, n: int) -> None:
         counts = self.counts[key]
         counts[0] -= 1
         counts[1] -= long
+        h = self.health.get(key)
+        if h is not None and h.trial == n:
+            h.trial = None  # no verdict: the next request is the trial
         self.forget_removed()
         self.pump()
 
@@ -143,6 +260,9 @@ class RefPool:
             if key not in configured and self.counts[key][0] == 0:
                 del self.counts[key]
                 self.last_pick.pop(key, None)
+        for key in list(self.health):
+            if key not in configured and self.counts.get(key, [0])[0] == 0:
+                del self.health[key]  # the row is gone: a provider added again starts afresh
 
     def cancel(self, n: int) -> None:
         self.waiters = [w for w in self.waiters if w.n != n]
@@ -159,17 +279,17 @@ class RefPool:
         while progress:
             progress = False
             for w in self.waiters:  # earliest dispatchable first (R-POOL-5)
-                chosen = self.choose(self.candidates(w.model, w.needs, w.long), w.long)
+                chosen = self.choose(self.candidates(w.model, w.needs, w.long, w.exclude), w.long)
                 if chosen is not None:
                     self.waiters.remove(w)
-                    key = self.take(chosen, w.long)
+                    key = self.take(chosen, w.long, w.n)
                     self.events.append(("grant", w.n, *key))
                     progress = True
                     break
 
     def strand(self) -> None:
         for w in list(self.waiters):
-            if not self.candidates(w.model, w.needs, w.long):
+            if not self.candidates(w.model, w.needs, w.long, w.exclude):
                 self.waiters.remove(w)
                 self.events.append(("fail", w.n, Unavailable.code))
 
@@ -191,6 +311,7 @@ class RefPool:
     def apply(self, policy: PoolPolicy) -> None:
         self.policy = policy
         self.forget_removed()
+        self.install_health()
         self.strand()
         self.expire()
         self.pump()
@@ -212,6 +333,7 @@ def policies(draw: st.DrawFn) -> PoolPolicy:
                 priority=draw(st.integers(0, 2)),
                 enabled=draw(st.sampled_from([True, True, True, False])),
                 capabilities=frozenset(draw(st.sets(st.sampled_from(CAPS)))),
+                fingerprint=draw(st.sampled_from(["a", "a", "a", "b"])),
             )
         )
     return PoolPolicy(
@@ -219,8 +341,16 @@ def policies(draw: st.DrawFn) -> PoolPolicy:
         GROUPS,
         max_queue=draw(st.integers(1, 5)),
         queue_timeout_ms=draw(st.sampled_from([0, 100, 300])),
+        health=draw(HEALTH_POLICIES),
     )
 
+
+HEALTH_POLICIES = st.builds(
+    HealthPolicy,
+    eject_after_failures=st.sampled_from([0, 1, 2]),
+    eject_base_s=st.sampled_from([0.1, 0.2]),
+    eject_max_s=st.sampled_from([0.2, 0.4]),
+)
 
 REQUESTS = st.tuples(
     st.sampled_from([*GROUPS, *GROUPS, "nope"]),
@@ -231,12 +361,13 @@ REQUESTS = st.tuples(
 
 INITIAL = PoolPolicy(
     tuple(
-        PoolProvider(NODES[i // 2], pid, 1, i % 2, i % 2, True, frozenset(CAPS))
+        PoolProvider(NODES[i // 2], pid, 1 + i % 2, i % 2, i % 2, True, frozenset(CAPS), "a")
         for i, pid in enumerate(PIDS)
     ),
     GROUPS,
     max_queue=4,
     queue_timeout_ms=300,
+    health=HealthPolicy(eject_after_failures=1, eject_base_s=0.1, eject_max_s=0.4),
 )
 
 
@@ -311,13 +442,27 @@ class PoolMachine(RuleBasedStateMachine):
         for model, needs, long, owner in requests:
             self.admit_one(model, needs, long, owner)
 
-    def admit_one(self, model: str, needs: frozenset[str], long: bool, owner: str | None) -> None:
+    @rule(request=REQUESTS, exclude=st.sets(st.sampled_from(PIDS), min_size=1, max_size=2))
+    def admit_retry(
+        self, request: tuple[str, frozenset[str], bool, str | None], exclude: set[str]
+    ) -> None:
+        """R-HEALTH-1: a retry re-enters admission without the providers that failed it."""
+        self.admit_one(*request, frozenset(exclude))
+
+    def admit_one(
+        self,
+        model: str,
+        needs: frozenset[str],
+        long: bool,
+        owner: str | None,
+        exclude: frozenset[str] = frozenset(),
+    ) -> None:
         self.n += 1
         n = self.n
         share = self.shares.get(owner) if owner is not None else None
-        expected = self.ref.admit(n, model, needs, long, owner, share)
+        expected = self.ref.admit(n, model, needs, long, owner, share, exclude)
         try:
-            outcome = self.core.admit(model, needs, long, owner, share)
+            outcome = self.core.admit(model, needs, long, owner, share, exclude)
         except PoolError as err:
             self.compare()  # expiries triggered by the arrival come first
             assert type(err) is expected
@@ -336,10 +481,43 @@ class PoolMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.held)
     @rule(i=st.integers(0, 50))
     def release(self, i: int) -> None:
-        _, lease = self.held.pop(i % len(self.held))
+        n, lease = self.held.pop(i % len(self.held))
         assert self.core.release(lease) is True
         self.released.append(lease)
-        self.ref.release((lease.node_id, lease.provider_id), lease.long)
+        self.ref.release((lease.node_id, lease.provider_id), lease.long, n)
+        self.compare()
+
+    @precondition(lambda self: self.held)
+    @rule(i=st.integers(0, 50), retry_after=st.sampled_from([None, None, 0.1, 1.0]))
+    def fail_then_release(self, i: int, retry_after: float | None) -> None:
+        """R-HEALTH-2: a failure before the first byte is reported, then the lease released."""
+        n, lease = self.held[i % len(self.held)]
+        self.core.failed(lease, "upstream answered HTTP 503", retry_after)
+        self.ref.failed((lease.node_id, lease.provider_id), n, retry_after)
+        self.compare()
+        self.release(i)
+
+    @precondition(lambda self: self.held)
+    @rule(i=st.integers(0, 50))
+    def succeed_then_release(self, i: int) -> None:
+        n, lease = self.held[i % len(self.held)]
+        self.core.succeeded(lease)
+        self.ref.succeeded((lease.node_id, lease.provider_id), n)
+        self.compare()
+        self.release(i)
+
+    @rule(pid=st.sampled_from(PIDS), node=st.sampled_from(NODES), ok=st.booleans())
+    def probe(self, pid: str, node: str, ok: bool) -> None:
+        """R-HEALTH-3: an active probe's verdict, possibly from a node that does not host it."""
+        self.core.probed(node, pid, ok, "probe")
+        self.ref.probed((node, pid), ok)
+        self.compare()
+
+    @rule()
+    def health_timer_fires(self) -> None:
+        """The runtime's timer: rows whose ejection is over get their trial."""
+        self.core.wake(self.now)
+        self.ref.wake()
         self.compare()
 
     @precondition(lambda self: self.held)
@@ -372,10 +550,10 @@ class PoolMachine(RuleBasedStateMachine):
         self.sink.abandoned_waiters.add(waiter)
         self.on_end(n, ("cancelled",))
         self.ref.cancel(n)
-        _, lease = self.held.pop(j % len(self.held))
+        m, lease = self.held.pop(j % len(self.held))
         self.core.release(lease)
         self.released.append(lease)
-        self.ref.release((lease.node_id, lease.provider_id), lease.long)
+        self.ref.release((lease.node_id, lease.provider_id), lease.long, m)
         self.core.cancel(waiter)  # the cancelled task's cleanup, True or False
         self.compare()
 
@@ -387,6 +565,9 @@ class PoolMachine(RuleBasedStateMachine):
         if timer_fires:
             self.core.expire(self.now)
             self.ref.expire()
+            self.compare()
+            self.core.wake(self.now)  # the health timer is due as well
+            self.ref.wake()
         self.compare()
 
     @rule(node=st.sampled_from(NODES), delta=st.integers(-1, 1))
@@ -442,8 +623,13 @@ class PoolMachine(RuleBasedStateMachine):
             assert p is not None and row.capacity == p.capacity and row.priority == p.priority
             online = row.node_id in ref.ready
             f, lf = ref.counts.get((row.node_id, row.provider_id), [0, 0])
-            queued = sum(p in ref.candidates(w.model, w.needs, w.long) for w in ref.waiters)
+            queued = sum(
+                p in ref.candidates(w.model, w.needs, w.long, w.exclude) for w in ref.waiters
+            )
             assert row.online is online
+            h = ref.hp(p)
+            assert (row.health, row.consecutive_failures) == (h.state, h.failures)
+            assert row.ejected_for_s == (max(0.0, h.until - ref.now) if h.state == "ejected" else 0)
             assert (row.in_flight, row.long_in_flight, row.queued) == (
                 (f, lf, queued) if online else (0, 0, 0)
             )
@@ -451,7 +637,8 @@ class PoolMachine(RuleBasedStateMachine):
     @invariant()
     def no_waiter_left_dispatchable(self) -> None:
         for w in self.ref.waiters:
-            assert self.ref.choose(self.ref.candidates(w.model, w.needs, w.long), w.long) is None
+            cands = self.ref.candidates(w.model, w.needs, w.long, w.exclude)
+            assert self.ref.choose(cands, w.long) is None
 
     @invariant()
     def idle_means_all_zero(self) -> None:

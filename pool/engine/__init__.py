@@ -1,15 +1,17 @@
-"""The provider pool: leases, one global waiter queue, node readiness (R-POOL-1..9, R-REF-3).
+"""The provider pool: leases, one global waiter queue, node readiness, provider health
+(R-POOL-1..9, R-REF-3, R-HEALTH-1..3).
 
 Plain asyncio; imports nothing from Django or the rest of the project.
 """
 
 from .core import PoolCore, WaiterSink
 from .errors import NotAdmitted, PoolError, QueueFull, QueueTimeout, Unavailable, UnknownModel
-from .model import Lease, PoolPolicy, PoolProvider, PoolSnapshot, ProviderStatus
+from .model import HealthPolicy, Lease, PoolPolicy, PoolProvider, PoolSnapshot, ProviderStatus
 from .pool import ProviderPool
 from .state import Waiter
 
 __all__ = [
+    "HealthPolicy",
     "Lease",
     "NotAdmitted",
     "PoolCore",

@@ -13,9 +13,22 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
-from .errors import NotAdmitted, PoolError, QueueFull, QueueTimeout, Unavailable, UnknownModel
-from .model import Lease, PoolPolicy, PoolSnapshot, ProviderStatus
-from .state import ClassKey, ProviderState, WaitClass, Waiter, select
+from . import health
+from .errors import NotAdmitted, PoolError, QueueFull, QueueTimeout, UnknownModel
+from .health import HealthLedger
+from .model import HealthPolicy, Lease, PoolPolicy, PoolSnapshot, ProviderStatus
+from .state import (
+    EJECTED,
+    HEALTHY,
+    PROBING,
+    ClassKey,
+    ProviderState,
+    WaitClass,
+    Waiter,
+    select,
+)
+
+NO_EXCLUSION: frozenset[str] = frozenset()
 
 
 class WaiterSink(Protocol):
@@ -34,7 +47,7 @@ class WaiterSink(Protocol):
         ...
 
 
-class PoolCore:
+class PoolCore(HealthLedger):
     """Leases, node readiness and the global waiter queue; see ``docs/pool.md``."""
 
     def __init__(
@@ -58,6 +71,9 @@ class PoolCore:
         self._request_ids = 0
         self._picks = 0
         self._in_flight = 0
+        self._health = HealthPolicy()
+        self._ejected: dict[tuple[str, str], ProviderState] = {}  # rows out until ``until``
+        self.ejections_total: dict[str, int] = {}  # provider id -> ejections (a counter)
         self._install(policy)
         self._reevaluate()
 
@@ -70,22 +86,24 @@ class PoolCore:
         long: bool,
         owner: str | None = None,
         max_queued: int | None = None,
+        exclude: frozenset[str] = NO_EXCLUSION,
     ) -> Lease | Waiter:
         """Lease a provider now, or queue a waiter; raise a PoolError when neither is allowed.
 
         ``owner`` may hold at most ``max_queued`` waiters in the one queue (R-PRIN-3); the
-        queue order itself does not depend on owners.
+        queue order itself does not depend on owners. ``exclude`` names providers that
+        already failed this request (R-HEALTH-1).
         """
         now = self._clock()
         if self._queue and self._timeout:
             self.expire(now)  # an overdue waiter must not make the queue look full
-        key = (model, needs, long)
+        key = (model, needs, long, exclude)
         cands = self._cands.get(key)
         if cands is None:
             cands = self._resolve(key, strict=True)
             self._cands[key] = cands
         if not cands:
-            raise Unavailable()  # R-POOL-6: no live candidate at arrival
+            raise self._unavailable(key)  # R-POOL-6, R-HEALTH-2: at once, never queued
         self._request_ids += 1
         chosen = select(cands, long)
         if chosen is not None:
@@ -125,6 +143,10 @@ class PoolCore:
         if lease.long:
             state.long_in_flight -= 1
         self._in_flight -= 1
+        if state.trial == lease.request_id:  # a trial ended with no verdict: let another through
+            state.trial = 0
+            if state.health == PROBING:
+                state.limit = state.capacity
         if not state.configured:
             if state.in_flight == 0:
                 del self._states[key]  # removed by apply; its last lease is now back
@@ -214,6 +236,7 @@ class PoolCore:
     def snapshot(self) -> PoolSnapshot:
         """Per-provider figures sorted by (node_id, provider_id), queue depth and oldest wait."""
         rows = []
+        now = self._clock()
         for key in sorted(k for k, s in self._states.items() if s.configured):
             s = self._states[key]
             refusal = self._refused.get(s.node_id, {}).get(s.provider_id)
@@ -232,11 +255,15 @@ class PoolCore:
                     enabled=s.enabled,
                     long_capacity=s.long_capacity,
                     unavailable=refusal,
+                    health=s.health,
+                    health_reason=s.reason,
+                    ejected_for_s=max(0.0, s.until - now) if s.health == EJECTED else 0.0,
+                    consecutive_failures=s.failures,
                 )
             )
         oldest = 0.0
         if self._queue:
-            oldest = max(0.0, (self._clock() - next(iter(self._queue.values())).enqueued_at) * 1e3)
+            oldest = max(0.0, (now - next(iter(self._queue.values())).enqueued_at) * 1e3)
         return PoolSnapshot(tuple(rows), len(self._queue), oldest)
 
     def idle(self) -> bool:
@@ -258,6 +285,9 @@ class PoolCore:
         state.in_flight += 1
         if long:
             state.long_in_flight += 1  # a long request holds a long and a normal slot (R-POOL-7)
+        if state.health != HEALTHY and not state.trial:  # the one half-open trial (R-HEALTH-2)
+            state.trial = request_id
+            state.limit = 0
         self._picks += 1
         state.last_pick = self._picks
         self._in_flight += 1
@@ -296,6 +326,7 @@ class PoolCore:
                 and s.capacity >= 1
                 and s.node_id in self._ready
                 and s.provider_id not in self._refused[s.node_id]
+                and s.health != EJECTED
             )
         self._cands.clear()
         stranded: list[Waiter] = []
@@ -313,11 +344,12 @@ class PoolCore:
         stranded.sort(key=lambda w: w.seq)
         for waiter in stranded:
             self._dequeue(waiter)
-            self._fail(waiter, Unavailable())  # R-POOL-6: at once, not at the timeout
+            # R-POOL-6: at once, not at the timeout
+            self._fail(waiter, self._unavailable(waiter.cls.key))
 
     def _resolve(self, key: ClassKey, *, strict: bool) -> tuple[ProviderState, ...]:
         """Live candidates of a key (R-POOL-1); strict raises UnknownModel / NotAdmitted."""
-        model, needs, long = key
+        model, needs, long, excluded = key
         pids = self._groups.get(model)
         if pids is None:
             if strict:
@@ -330,7 +362,7 @@ class PoolCore:
             if s is None or not needs <= s.capabilities:
                 continue
             admitted = True  # R-PROF-4: admission looks at every provider, live or not
-            if s.live and (not long or s.long_capacity > 0):
+            if s.live and (not long or s.long_capacity > 0) and pid not in excluded:
                 found.append(s)
         if not admitted and strict:
             raise NotAdmitted()
@@ -343,7 +375,12 @@ class PoolCore:
             state = self._states.get(key)
             if state is None:
                 state = self._states[key] = ProviderState(p.node_id, p.provider_id)
+            if state.fingerprint != p.fingerprint:
+                if state.fingerprint:
+                    health.reset(state)  # a new address or profile starts healthy
+                state.fingerprint = p.fingerprint
             state.capacity = p.capacity
+            state.limit = 0 if state.trial else p.capacity
             state.long_capacity = p.long_capacity
             state.priority = p.priority
             state.enabled = p.enabled
@@ -357,9 +394,14 @@ class PoolCore:
                 if state.in_flight == 0:
                     del self._states[key]
         self._by_pid = by_pid
+        # Only configured rows wake; one removed and configured again keeps its ejection.
+        self._ejected = {
+            (s.node_id, s.provider_id): s for s in by_pid.values() if s.health == EJECTED
+        }
         self._groups = {model: tuple(pids) for model, pids in policy.groups.items()}
         self._max_queue = policy.max_queue
         self._timeout = policy.queue_timeout_ms / 1000.0
+        self._health = policy.health
 
     def _dequeue(self, waiter: Waiter) -> None:
         """Out of the global queue; the owner's queued count follows (R-PRIN-3)."""

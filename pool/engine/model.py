@@ -18,6 +18,26 @@ class PoolProvider:
     priority: int
     enabled: bool
     capabilities: frozenset[str]
+    fingerprint: str = ""  # address and profile: a change resets the row's health
+
+
+@dataclass(frozen=True, slots=True)
+class HealthPolicy:
+    """Passive ejection (R-HEALTH-2); defaults are the documented ones (docs/configuration.md)."""
+
+    eject_after_failures: int = 3  # 0 = never eject
+    eject_base_s: float = 10.0
+    eject_max_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.eject_after_failures < 0 or self.eject_base_s <= 0:
+            raise ValueError("eject_after_failures must be >= 0 and eject_base_s > 0")
+        if self.eject_max_s < self.eject_base_s:
+            raise ValueError("eject_max_s must be >= eject_base_s")
+
+    def backoff(self, ejections: int) -> float:
+        """Seconds of the ejection after ``ejections`` earlier ones: base doubling, capped."""
+        return min(self.eject_base_s * 2.0 ** min(ejections, 32), self.eject_max_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +48,7 @@ class PoolPolicy:
     groups: Mapping[str, tuple[str, ...]]  # model group id -> provider ids (order irrelevant)
     max_queue: int  # >= 1; defaults are applied by the config loader (R-CFG-7)
     queue_timeout_ms: int  # 0 = no timeout
+    health: HealthPolicy = HealthPolicy()
 
     def __post_init__(self) -> None:
         if self.max_queue < 1:
@@ -75,6 +96,10 @@ class ProviderStatus:
     enabled: bool
     long_capacity: int = 0
     unavailable: str | None = None  # why the Node refused to run it (R-TLS-3)
+    health: str = "healthy"  # healthy | ejected | probing (R-HEALTH-4)
+    health_reason: str = ""
+    ejected_for_s: float = 0.0  # time left of an ejection
+    consecutive_failures: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,9 @@ class ProviderPool:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        # Called when the earliest end of an ejection may have moved; the runtime's health
+        # timer listens (the engine itself never sleeps).
+        self.on_health_change: Callable[[], None] | None = None
 
     async def acquire(
         self,
@@ -50,12 +53,14 @@ class ProviderPool:
         long: bool = False,
         owner: str | None = None,
         max_queued: int | None = None,
+        exclude: frozenset[str] = frozenset(),
     ) -> Lease:
         """Lease a provider of ``model`` able to serve ``needs``, waiting in the root queue.
 
-        ``owner`` holds at most ``max_queued`` waiters at once (R-PRIN-3).
+        ``owner`` holds at most ``max_queued`` waiters at once (R-PRIN-3); ``exclude`` names
+        providers that already failed this request (R-HEALTH-1).
         """
-        outcome = self._core.admit(model, needs, long, owner, max_queued)
+        outcome = self._core.admit(model, needs, long, owner, max_queued, exclude)
         if isinstance(outcome, Lease):
             return outcome
         loop = asyncio.get_running_loop()
@@ -80,6 +85,36 @@ class ProviderPool:
             self._arm()
         return released
 
+    def succeeded(self, lease: Lease) -> None:
+        """The lease's upstream answered (R-HEALTH-2); call before ``release``."""
+        if self._core.succeeded(lease):  # the common case changes nothing: no timer work
+            self._health_changed()
+
+    def failed(self, lease: Lease, reason: str, retry_after_s: float | None = None) -> None:
+        """The lease's run failed before its first byte (R-HEALTH-2); call before ``release``."""
+        if self._core.failed(lease, reason, retry_after_s):
+            self._health_changed()
+
+    def probed(self, node_id: str, provider_id: str, ok: bool, reason: str = "") -> None:
+        """An active probe's verdict from the provider's Node (R-HEALTH-3)."""
+        self._core.probed(node_id, provider_id, ok, reason)
+        self._health_changed()
+
+    def wake(self) -> int:
+        """Let providers whose ejection is over take a trial request; returns how many."""
+        woken = self._core.wake(self._clock())
+        self._health_changed()
+        return woken
+
+    def next_wake(self) -> float | None:
+        """When the earliest ejection ends, on this pool's clock; None when none is ejected."""
+        return self._core.next_wake()
+
+    @property
+    def ejections_total(self) -> dict[str, int]:
+        """Ejections so far per provider id (never decreases)."""
+        return self._core.ejections_total
+
     def node_ready(
         self, node_id: str, generation: int, refused: Mapping[str, str] | None = None
     ) -> None:
@@ -101,7 +136,7 @@ class ProviderPool:
     def apply(self, policy: PoolPolicy) -> None:
         """Install a new policy, keeping leases; re-evaluates waiters (R-REF-3)."""
         self._core.apply(policy)
-        self._arm()
+        self._health_changed()
 
     def expire(self) -> int:
         """Time out overdue waiters now (the timer does this on its own); returns how many."""
@@ -120,6 +155,11 @@ class ProviderPool:
     def queued_by(self, owner: str) -> int:
         """Waiters ``owner`` holds in the queue now (R-PRIN-3)."""
         return self._core.queued_by(owner)
+
+    def _health_changed(self) -> None:
+        self._arm()  # waiters may have failed at once
+        if self.on_health_change is not None:
+            self.on_health_change()
 
     def _arm(self) -> None:
         """Keep exactly one timer, set for the oldest waiter's deadline."""

@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-# A wait class groups waiters that share (model, needs, long): they have the same candidates,
-# so candidates are evaluated once per class, not once per waiter.
-ClassKey = tuple[str, frozenset[str], bool]
+# A wait class groups waiters that share (model, needs, long, excluded providers): they have
+# the same candidates, so candidates are evaluated once per class, not once per waiter. The
+# exclusion set is empty except for a retry before the first byte (R-HEALTH-1).
+ClassKey = tuple[str, frozenset[str], bool, frozenset[str]]
+
+HEALTHY, EJECTED, PROBING = "healthy", "ejected", "probing"  # R-HEALTH-2, R-HEALTH-4
 
 
 class ProviderState:
@@ -18,15 +21,23 @@ class ProviderState:
         "capacity",
         "classes",
         "configured",
+        "ejections",
         "enabled",
+        "failures",
+        "fingerprint",
+        "health",
         "in_flight",
         "last_pick",
+        "limit",
         "live",
         "long_capacity",
         "long_in_flight",
         "node_id",
         "priority",
         "provider_id",
+        "reason",
+        "trial",
+        "until",
     )
 
     def __init__(self, node_id: str, provider_id: str) -> None:
@@ -43,6 +54,15 @@ class ProviderState:
         self.long_in_flight = 0
         self.last_pick = 0  # pick sequence of the last grant; oldest wins ties (round-robin)
         self.classes: set[WaitClass] = set()  # wait classes that list this provider
+        # Health (R-HEALTH-2): an ejected row is not live; a probing row lets one trial through.
+        self.limit = 0  # slots selection may fill: capacity, or 0 while a trial is out
+        self.health = HEALTHY
+        self.failures = 0  # consecutive failures before the first byte
+        self.ejections = 0  # ejections since the last success: the backoff exponent
+        self.until = 0.0  # clock time an ejection ends
+        self.reason = ""  # why the row is not healthy (no upstream address)
+        self.trial = 0  # request id of the half-open trial lease, 0 = none out
+        self.fingerprint = ""  # address and profile; a change resets health
 
 
 class Waiter:
@@ -73,11 +93,12 @@ class Waiter:
 class WaitClass:
     """Waiters of one ClassKey in enqueue order plus their current live candidates."""
 
-    __slots__ = ("candidates", "key", "long", "waiters")
+    __slots__ = ("candidates", "excluded", "key", "long", "waiters")
 
     def __init__(self, key: ClassKey, candidates: tuple[ProviderState, ...]) -> None:
         self.key = key
         self.long = key[2]
+        self.excluded = key[3]
         self.candidates = candidates
         # OrderedDict: O(1) peek/pop at the head and O(1) removal of a cancelled waiter.
         self.waiters: OrderedDict[int, Waiter] = OrderedDict()
@@ -86,14 +107,16 @@ class WaitClass:
 def select(candidates: Sequence[ProviderState], long: bool) -> ProviderState | None:
     """Pick the candidate with room: lowest in-flight, then lowest priority, then round-robin.
 
-    R-POOL-3. Round-robin is "least recently picked first"; providers never picked tie-break
-    on (node_id, provider_id) so the choice never depends on mapping order. A long request
+    R-POOL-3. ``limit`` is the capacity, or 0 while a half-open trial is out (R-HEALTH-2);
+    ejected rows are never candidates, so health costs nothing here. Round-robin is "least
+    recently picked first"; providers never picked tie-break on (node_id, provider_id) so
+    the choice never depends on mapping order. A long request
     needs a long slot and a normal slot (R-POOL-7). O(len(candidates)).
     """
     best: ProviderState | None = None
     for s in candidates:
         flight = s.in_flight
-        if flight >= s.capacity or (long and s.long_in_flight >= s.long_capacity):
+        if flight >= s.limit or (long and s.long_in_flight >= s.long_capacity):
             continue
         if best is not None and (
             flight > best.in_flight or (flight == best.in_flight and _loses_tie(s, best))
