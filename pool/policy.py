@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from catalog.config import EdgeSnapshot
-from pool.engine import PoolPolicy, PoolProvider
+from pool.engine import HealthPolicy, PoolPolicy, PoolProvider
 from pool.translate.plan import served_capabilities
 
 
@@ -17,6 +17,7 @@ def policy_from_snapshot(snapshot: EdgeSnapshot) -> PoolPolicy:
             priority=spec.priority,
             enabled=spec.enabled,
             capabilities=served_capabilities(spec.profile.capabilities),  # R-XLATE-1
+            fingerprint=spec.address,
         )
         for node in snapshot.nodes
         for spec in node.providers
@@ -27,4 +28,9 @@ def policy_from_snapshot(snapshot: EdgeSnapshot) -> PoolPolicy:
         groups=groups,
         max_queue=snapshot.max_queue,
         queue_timeout_ms=snapshot.queue_timeout_ms,
+        health=HealthPolicy(
+            eject_after_failures=snapshot.eject_after_failures,
+            eject_base_s=snapshot.eject_base_s,
+            eject_max_s=snapshot.eject_max_s,
+        ),
     )

@@ -57,6 +57,32 @@ LIVE_PARAMETERS: tuple[Parameter, ...] = (
         "bool, default false",
     ),
     Parameter(
+        "provider_pool.retry_before_first_byte",
+        "retries on another provider before the first byte (R-HEALTH-1)",
+        "0..3, default 1",
+    ),
+    Parameter(
+        "provider_pool.eject_after_failures",
+        "failures in a row that eject a provider (R-HEALTH-2)",
+        "0..1000, default 3, 0 = never",
+    ),
+    Parameter(
+        "provider_pool.eject_base_s", "first ejection length (R-HEALTH-2)", "(0, 3600], default 10"
+    ),
+    Parameter(
+        "provider_pool.eject_max_s",
+        "longest ejection (R-HEALTH-2)",
+        ">= eject_base_s, <= 86400, default 300",
+    ),
+    Parameter(
+        "nodes[*].providers[*].probe_interval_s",
+        "active probe interval (R-HEALTH-3)",
+        "0 = off, else 1..86400",
+    ),
+    Parameter(
+        "nodes[*].providers[*].probe_command", "cli provider's probe program (R-HEALTH-3)", "argv"
+    ),
+    Parameter(
         "models",
         "model catalog: groups added/removed, provider mappings, usage attribution (R-CFG-4)",
         "mapped providers must exist",

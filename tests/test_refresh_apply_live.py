@@ -343,3 +343,35 @@ async def test_r_xlate_1_translate_is_live(edge):
     reply = call.json()
     assert reply["type"] == "message" and reply["content"] == [{"type": "text", "text": "hi back"}]
     assert edge.pool.idle()
+
+
+async def test_the_health_keys_apply_live_to_the_next_failure_r_health_2(edge):
+    """R-HEALTH-2: the provider_pool health keys are live: the next failure uses them."""
+    await ready_node(edge)
+    outcome = await apply(
+        edge,
+        lambda d: d["provider_pool"].update(retry_before_first_byte=0, eject_after_failures=1),
+    )
+    assert outcome.status == 200
+    assert outcome.body["live_paths"] == [
+        "provider_pool.eject_after_failures",
+        "provider_pool.retry_before_first_byte",
+    ]
+    assert edge.snapshot.retry_before_first_byte == 0
+    lease = await edge.pool.acquire("echo")
+    edge.pool.failed(lease, "upstream answered HTTP 503")  # one failure is enough now
+    edge.pool.release(lease)
+    row = next(p for p in edge.pool.snapshot().providers if p.provider_id == lease.provider_id)
+    assert (row.health, row.health_reason) == (
+        "ejected",
+        "upstream answered HTTP 503 (1 failure in a row)",
+    )
+
+
+async def test_a_probe_interval_change_is_pushed_live_to_the_node_r_health_3(edge):
+    transport = await ready_node(edge)
+    outcome = await apply(edge, lambda d: provider(d, "vllm-local").update(probe_interval_s=5))
+    assert outcome.status == 200 and outcome.body["pushed_nodes"] == ["node-local"]
+    [refresh] = transport.refreshes()
+    vllm = next(p for p in refresh.payload.providers if p.id == "vllm-local")
+    assert vllm.probe_interval_s == 5.0

@@ -40,6 +40,7 @@ ECHO = f'{NODE}.providers["echo-cli"]'
 MODELS_MEANING = next(p.meaning for p in LIVE_PARAMETERS if p.pattern == "models")
 
 # (case id, edit, expected path, expected class, expected reason)
+
 CASES: list[tuple[str, Callable[[Doc], object], str, str, str]] = [
     # --- live rows -------------------------------------------------------------------------
     (
@@ -83,6 +84,48 @@ CASES: list[tuple[str, Callable[[Doc], object], str, str, str]] = [
         "provider_pool.queue_timeout_ms",
         LIVE,
         "root queue wait bound (R-POOL-4)",
+    ),
+    (
+        "retry_before_first_byte",
+        lambda d: d["provider_pool"].update(retry_before_first_byte=2),
+        "provider_pool.retry_before_first_byte",
+        LIVE,
+        "retries on another provider before the first byte (R-HEALTH-1)",
+    ),
+    (
+        "eject_after_failures",
+        lambda d: d["provider_pool"].update(eject_after_failures=0),
+        "provider_pool.eject_after_failures",
+        LIVE,
+        "failures in a row that eject a provider (R-HEALTH-2)",
+    ),
+    (
+        "eject_base_s",
+        lambda d: d["provider_pool"].update(eject_base_s=2),
+        "provider_pool.eject_base_s",
+        LIVE,
+        "first ejection length (R-HEALTH-2)",
+    ),
+    (
+        "eject_max_s",
+        lambda d: d["provider_pool"].update(eject_max_s=60),
+        "provider_pool.eject_max_s",
+        LIVE,
+        "longest ejection (R-HEALTH-2)",
+    ),
+    (
+        "probe_interval_s",
+        lambda d: provider(d, "vllm-local").update(probe_interval_s=5),
+        f"{VLLM}.probe_interval_s",
+        LIVE,
+        "active probe interval (R-HEALTH-3)",
+    ),
+    (
+        "probe_command",
+        lambda d: provider(d, "echo-cli").update(probe_command=["true"]),
+        f"{ECHO}.probe_command",
+        LIVE,
+        "cli provider's probe program (R-HEALTH-3)",
     ),
     (
         "usage_attribution",

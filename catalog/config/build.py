@@ -18,6 +18,7 @@ from catalog.config.schema import (
     NodeDoc,
     OpenAIDoc,
     ProviderDoc,
+    ProviderPoolDoc,
 )
 from catalog.config.schema.base import SecretRefDoc
 from catalog.config.schema.sections import ServerTLSDoc
@@ -101,7 +102,21 @@ def _provider(
         run_timeout_ms=doc.run_timeout_ms
         or (DEFAULT_RUN_TIMEOUT_MS if profile.adapter == "cli" else None),
         concurrency=doc.concurrency,
+        probe_interval_s=doc.probe_interval_s or 0.0,
+        probe_command=tuple(doc.probe_command) if doc.probe_command is not None else None,
     )
+
+
+def _pool_section(ctx: Context) -> dict[str, Any]:
+    """``provider_pool`` with the queue policy resolved; health keys only where written."""
+    section: dict[str, Any] = {"max_queue": ctx.max_queue, "queue_timeout_ms": ctx.queue_timeout_ms}
+    pool = ctx.parsed.section("provider_pool", ProviderPoolDoc)
+    if pool is not None:
+        section.update(
+            _dump(pool, include={"retry_before_first_byte", "eject_after_failures",
+                                 "eject_base_s", "eject_max_s"})
+        )  # fmt: skip
+    return section
 
 
 def build_snapshot(ctx: Context) -> EdgeSnapshot:
@@ -116,7 +131,7 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
         "edge": _dump(edge),
         "admin": _dump(admin),
         "openai": _dump(openai),
-        "provider_pool": {"max_queue": ctx.max_queue, "queue_timeout_ms": ctx.queue_timeout_ms},
+        "provider_pool": _pool_section(ctx),
         "credential_plane": _dump(plane),
         "protocol_profiles": {
             name: _dump(item.doc) for name, item in parsed.profiles.items() if item.doc
@@ -191,6 +206,10 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
         ),
         max_queue=ctx.max_queue,
         queue_timeout_ms=ctx.queue_timeout_ms,
+        retry_before_first_byte=ctx.retry_before_first_byte,
+        eject_after_failures=ctx.eject_after_failures,
+        eject_base_s=ctx.eject_base_s,
+        eject_max_s=ctx.eject_max_s,
         credential_plane_enabled=plane.enabled,
         control_plane=_control_plane(plane),
         profiles=MappingProxyType(dict(ctx.catalog)),

@@ -50,6 +50,13 @@ class ProviderSpec:
     idle_timeout_ms: int = 120000
     run_timeout_ms: int | None = None
     concurrency: int | None = None  # R-CFG-13: legacy metadata, never an admission limit
+    probe_interval_s: float = 0.0  # R-HEALTH-3: 0 = no active probe
+    probe_command: tuple[str, ...] | None = None  # cli providers: the probe program
+
+    @property
+    def address(self) -> str:
+        """What the provider is, for health (R-HEALTH-2): a change of it resets health."""
+        return f"{self.profile.name}|{self.profile.base_url or ''}|{' '.join(self.command or ())}"
 
     @property
     def adapter(self) -> str:
@@ -172,6 +179,10 @@ class EdgeSnapshot:
     stream_evidence_gate: StreamEvidenceGate
     max_queue: int
     queue_timeout_ms: int
+    retry_before_first_byte: int
+    eject_after_failures: int
+    eject_base_s: float
+    eject_max_s: float
     credential_plane_enabled: bool
     control_plane: ControlPlane | None
     profiles: Mapping[str, RuntimeProfile] = field(hash=False)

@@ -16,6 +16,7 @@ from catalog.config.rules.catalog import (
 )
 from catalog.config.rules.context import Context, Rule
 from catalog.config.rules.example_tokens import check_example_token_hashes
+from catalog.config.rules.health import check_probes, resolve_health
 from catalog.config.rules.listeners import check_listener_ports
 from catalog.config.rules.providers import (
     check_adapter_fields,
@@ -35,6 +36,8 @@ RULES: tuple[Rule, ...] = (
     check_served_models,
     check_long_context_budget,
     promote_legacy_queue,
+    resolve_health,
+    check_probes,
     check_principal_tokens,
     check_example_token_hashes,
     check_provider_auth_header,

@@ -13,6 +13,10 @@ from catalog.config.schema import CredentialPlaneDoc, OpenAIDoc, ProviderDoc
 DEFAULT_MAX_QUEUE = 16
 DEFAULT_QUEUE_TIMEOUT_MS = 30000
 DEFAULT_RUN_TIMEOUT_MS = 300000
+DEFAULT_RETRY_BEFORE_FIRST_BYTE = 1  # R-HEALTH-1
+DEFAULT_EJECT_AFTER_FAILURES = 3  # R-HEALTH-2
+DEFAULT_EJECT_BASE_S = 10.0
+DEFAULT_EJECT_MAX_S = 300.0
 
 
 @dataclass
@@ -24,6 +28,10 @@ class Context:
     provider_profiles: dict[tuple[str | int, ...], RuntimeProfile] = field(default_factory=dict)
     max_queue: int = DEFAULT_MAX_QUEUE
     queue_timeout_ms: int = DEFAULT_QUEUE_TIMEOUT_MS
+    retry_before_first_byte: int = DEFAULT_RETRY_BEFORE_FIRST_BYTE
+    eject_after_failures: int = DEFAULT_EJECT_AFTER_FAILURES
+    eject_base_s: float = DEFAULT_EJECT_BASE_S
+    eject_max_s: float = DEFAULT_EJECT_MAX_S
 
     @property
     def openai(self) -> OpenAIDoc | None:

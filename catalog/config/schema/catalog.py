@@ -70,6 +70,9 @@ class ProviderDoc(Doc):
     idle_timeout_ms: PositiveMs = 120000
     run_timeout_ms: PositiveMs | None = None
     concurrency: Annotated[int, Field(ge=0)] | None = None  # R-CFG-13: metadata only
+    # R-HEALTH-3: active probes; omitted or 0 = off.
+    probe_interval_s: Annotated[float, Field(ge=0, le=86400)] | None = None
+    probe_command: Annotated[list[NonEmpty], Field(min_length=1)] | None = None
     # Legacy per-provider queue keys, promoted to provider_pool at load (R-CFG-7).
     max_queue: Annotated[int, Field(ge=0)] | None = None
     queue_timeout_ms: Annotated[int, Field(ge=0)] | None = None

@@ -37,6 +37,11 @@ class ProviderPoolDoc(Doc):
 
     max_queue: Annotated[int, Field(ge=0)] | None = None
     queue_timeout_ms: Annotated[int, Field(ge=0)] | None = None
+    # Provider health (R-HEALTH-1, R-HEALTH-2); defaults in catalog.config.rules.context.
+    retry_before_first_byte: Annotated[int, Field(ge=0, le=3)] | None = None
+    eject_after_failures: Annotated[int, Field(ge=0, le=1000)] | None = None
+    eject_base_s: Annotated[float, Field(gt=0, le=3600)] | None = None
+    eject_max_s: Annotated[float, Field(gt=0, le=86400)] | None = None
 
 
 class ClientTLSDoc(Doc):
