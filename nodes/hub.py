@@ -28,6 +28,7 @@ from pool.engine import Lease, ProviderPool
 log = logging.getLogger("iop.nodes")
 
 PENDING, READY, CLOSED = "pending", "ready", "closed"
+MAX_PROBE_REASON_CHARS = 200  # a Node's probe reason is shown in /pool: bound it
 
 
 class Transport(Protocol):
@@ -148,6 +149,10 @@ class NodeHub:
             channel = session.runs.pop(message.run_id, None)
             if channel is not None:
                 channel.finish(message)
+        elif isinstance(message, wire.ProbeResult):
+            if session.state == READY:  # only for this node's own providers (R-HEALTH-3)
+                reason = message.reason[:MAX_PROBE_REASON_CHARS]
+                self._pool.probed(session.node_id, message.provider_id, message.ok, reason)
         elif isinstance(message, wire.Register):
             await self._on_register(session, message)
         elif isinstance(message, wire.Ready):

@@ -49,6 +49,8 @@ def compile_payload(snapshot: EdgeSnapshot, node_id: str) -> wire.NodePayload:
                 first_byte_timeout_s=spec.first_byte_timeout_ms / 1000,
                 idle_timeout_s=spec.idle_timeout_ms / 1000,
                 run_timeout_s=(spec.run_timeout_ms / 1000) if spec.run_timeout_ms else None,
+                probe_interval_s=spec.probe_interval_s,
+                probe_command=list(spec.probe_command) if spec.probe_command else None,
             )
         )
     body = msgspec.to_builtins(providers)

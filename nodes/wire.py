@@ -73,6 +73,8 @@ class ProviderPayload(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=
     idle_timeout_s: float = 120.0
     run_timeout_s: float | None = None  # cli adapter: whole-run limit
     extensions: dict[str, Any] = {}  # unused: the Edge applies a profile's extensions itself
+    probe_interval_s: float = 0.0  # R-HEALTH-3: 0 = no active probe
+    probe_command: list[str] | None = None  # cli adapter: the probe; exit 0 = healthy
 
 
 class NodePayload(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -87,14 +89,44 @@ class Usage(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     estimated: bool = False
 
 
+# Where a run failed (R-HEALTH-1): only the first two may be retried on another provider.
+PHASE_CONNECT = "connect"  # the upstream was never reached (refused, DNS, TLS, connect timeout)
+PHASE_BEFORE_FIRST_BYTE = "before_first_byte"  # reached, but no output was emitted
+PHASE_AFTER_FIRST_BYTE = "after_first_byte"  # output was emitted: never retried
+BEFORE_FIRST_BYTE = frozenset({PHASE_CONNECT, PHASE_BEFORE_FIRST_BYTE})
+MAX_RETRY_AFTER_S = 3600.0  # an upstream's Retry-After is bounded before it is reported
+
+
 class RunError(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """A run's failure. ``code`` is stable: upstream_error, upstream_timeout, cancelled,
-    node_shutdown, node_gone, bad_request, unknown_provider."""
+    node_shutdown, node_gone, bad_request, unknown_provider. ``retryable``: another provider
+    may succeed; ``phase``: how far the run got (empty = unknown, treated as after the first
+    byte); ``retry_after_s``: the upstream's Retry-After on a 429."""
 
     code: str
     message: str
     retryable: bool = False
     status: int | None = None  # the upstream's HTTP status, when there was one
+    phase: str = ""
+    retry_after_s: float | None = None
+
+    @property
+    def before_first_byte(self) -> bool:
+        """Nothing of the run reached the Edge and another provider may succeed."""
+        return self.retryable and self.phase in BEFORE_FIRST_BYTE
+
+    @property
+    def reason(self) -> str:
+        """A short reason without any upstream address: for health, logs and ``/pool``."""
+        if self.phase == PHASE_CONNECT:
+            return "cannot connect to the upstream"
+        if self.status == 429:
+            return "rate limited by the upstream (HTTP 429)"
+        if self.status is not None:
+            return f"upstream answered HTTP {self.status}"
+        if self.code == "upstream_timeout":
+            return "no answer from the upstream in time"
+        return "upstream failed before the first byte"
 
 
 # --- Node -> Edge ---------------------------------------------------------------------------
@@ -130,6 +162,14 @@ class RunEnd(_Msg, tag="run_end"):
     ok: bool
     error: RunError | None = None
     usage: Usage | None = None
+
+
+class ProbeResult(_Msg, tag="probe_result"):
+    """An active probe's verdict on one provider (R-HEALTH-3); ``reason`` has no address."""
+
+    provider_id: str
+    ok: bool
+    reason: str = ""
 
 
 class ConfigRefreshAck(_Msg, tag="config_refresh_ack"):
@@ -195,7 +235,7 @@ class ErrorMessage(_Msg, tag="error"):
     message: str
 
 
-NodeToEdge = Register | Ready | RunEvent | RunEnd | ConfigRefreshAck | Ping | Pong
+NodeToEdge = Register | Ready | RunEvent | RunEnd | ProbeResult | ConfigRefreshAck | Ping | Pong
 EdgeToNode = (
     RegisterResponse
     | RunRequest

@@ -69,6 +69,7 @@ async def test_non_zero_exit_is_a_generic_upstream_error_with_code_and_stderr_in
     assert err.value.code == "upstream_error"
     assert err.value.message == "the CLI program failed"
     assert err.value.detail == "command exited with code 3: fake tool: something went wrong"
+    assert err.value.retryable  # R-HEALTH-1: like a 5xx, another provider may take it
 
 
 async def test_run_timeout_kills_the_command():
@@ -122,3 +123,4 @@ async def test_missing_command_is_upstream_error():
         await CliAdapter(provider).run(spec(chat_body(), stream=False), lambda _t: None)
     assert (err.value.code, err.value.message) == ("upstream_error", "the CLI program failed")
     assert "cannot start /nonexistent/tool-binary" in err.value.detail
+    assert (err.value.retryable, err.value.phase) == (True, wire.PHASE_CONNECT)  # R-HEALTH-1

@@ -7,12 +7,15 @@ import json
 import logging
 import math
 import socket
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 
 import msgspec
 import pytest
 
 from nodes import wire
 from nodes.agent.adapters.base import AdapterError, RunSpec
+from nodes.agent.adapters.http import retry_after_s
 from nodes.agent.adapters.openai_compat import OpenAICompatAdapter
 from tests.support.payloads import chat_body, openai_provider
 
@@ -267,6 +270,9 @@ async def test_connection_refused_is_a_retryable_upstream_error(upstream_client)
     assert (err.value.code, err.value.retryable) == ("upstream_error", True)
     assert err.value.message == "cannot connect to the upstream"
     assert err.value.detail == f"upstream 127.0.0.1:{port}: ClientConnectorError"
+    # R-HEALTH-1: never reached; the reason shown in /pool has no address either
+    assert err.value.phase == wire.PHASE_CONNECT
+    assert err.value.to_wire().reason == "cannot connect to the upstream"
 
 
 async def test_bearer_credential_from_env_goes_in_authorization_and_never_in_logs(
@@ -390,3 +396,59 @@ async def test_fake_anthropic_refuses_a_request_without_the_version_header(
     async with upstream_client.session().post(url, json=body) as resp:
         assert resp.status == 400
         assert (await resp.json())["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize(
+    ("faults", "phase"),
+    [
+        ({"status": 502}, wire.PHASE_BEFORE_FIRST_BYTE),
+        ({"reset_before_headers": True}, wire.PHASE_BEFORE_FIRST_BYTE),
+        ({"drop_mid_stream": True}, wire.PHASE_AFTER_FIRST_BYTE),
+    ],
+    ids=["http-502", "reset-mid-headers", "dropped-mid-stream"],
+)
+async def test_each_failure_says_how_far_the_run_got_r_health_1(
+    fake_openai, upstream_client, faults, phase
+):
+    for key, value in faults.items():
+        setattr(fake_openai.faults, key, value)
+    adapter = OpenAICompatAdapter(openai_provider(fake_openai.url), upstream_client)
+    with pytest.raises(AdapterError) as err:
+        await adapter.run(spec("chat_completions", chat_body(stream=True), stream=True), Sink())
+    assert err.value.phase == phase
+    assert err.value.retryable is (phase == wire.PHASE_BEFORE_FIRST_BYTE)
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "seconds"), [("30", 30.0), (None, None), ("soon", None), ("99999", 3600.0)]
+)
+async def test_a_429_reports_its_retry_after_bounded_r_health_2(
+    fake_openai, upstream_client, retry_after, seconds
+):
+    fake_openai.faults.status = 429
+    fake_openai.faults.retry_after = retry_after
+    adapter = OpenAICompatAdapter(openai_provider(fake_openai.url), upstream_client)
+    with pytest.raises(AdapterError) as err:
+        await adapter.run(spec("chat_completions", chat_body()), Sink())
+    assert (err.value.status, err.value.retryable) == (429, True)
+    assert err.value.retry_after_s == seconds
+
+
+def test_retry_after_as_an_http_date_counts_from_now() -> None:
+    when = format_datetime(datetime.now(UTC) + timedelta(seconds=120), usegmt=True)
+    seconds = retry_after_s(when)
+    assert seconds is not None and 100 < seconds <= 120
+    past = format_datetime(datetime.now(UTC) - timedelta(seconds=120), usegmt=True)
+    assert retry_after_s(past) == 0.0
+
+
+async def test_a_tls_handshake_failure_is_in_the_connect_phase_r_health_1(
+    fake_openai, upstream_client
+):
+    """R-HEALTH-1: https to a plain-HTTP upstream fails the handshake: never reached."""
+    url = fake_openai.url.replace("http://", "https://")
+    adapter = OpenAICompatAdapter(openai_provider(url), upstream_client)
+    with pytest.raises(AdapterError) as err:
+        await adapter.run(spec("chat_completions", chat_body()), Sink())
+    assert (err.value.retryable, err.value.phase) == (True, wire.PHASE_CONNECT)
+    assert fake_openai.requests == []

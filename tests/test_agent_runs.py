@@ -174,7 +174,9 @@ async def test_cancel_reaches_the_upstream(edge, good, tmp_path):
         async with asyncio.timeout(5):
             await good.disconnected.wait()
         assert log.ends[0].error == wire.RunError(
-            code="cancelled", message="run cancelled by the edge"
+            code="cancelled",
+            message="run cancelled by the edge",
+            phase=wire.PHASE_AFTER_FIRST_BYTE,  # it had streamed: never retried (R-HEALTH-1)
         )
 
 

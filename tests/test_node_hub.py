@@ -159,20 +159,30 @@ async def test_provider_health_is_the_snapshot_no_probe_is_made(runtime):
     await comm.disconnect()
 
 
-async def test_ready_makes_a_queued_waiter_dispatchable(runtime):
-    """R-POOL-5 / R-NODE-1: the ready transition re-evaluates stranded waiters."""
+async def test_ready_makes_a_queued_waiter_dispatchable() -> None:
+    """R-POOL-5 / R-NODE-1: a waiter queued while node-b was not ready is dispatched on
+    node-b by its ready transition, with node-a's slot still held."""
+    doc = two_node_document()
+    doc["models"].append({"id": "echo-both", "providers": {"cli-a": "echo", "cli-b": "echo"}})
+    runtime = EdgeRuntime(load_snapshot(doc))
     comm = communicator(runtime)
     await make_ready(comm)
     await settle(comm)
-    first = await runtime.pool.acquire("echo", frozenset({"chat"}))
-    waiter = asyncio.ensure_future(runtime.pool.acquire("echo", frozenset({"chat"})))
+    held = await runtime.pool.acquire("echo-both", frozenset({"chat"}))
+    assert held.provider_id == "cli-a"
+    waiter = asyncio.ensure_future(runtime.pool.acquire("echo-both", frozenset({"chat"})))
     await asyncio.sleep(0)
-    assert runtime.pool.snapshot().queue_depth == 1
-    runtime.pool.release(first)
+    assert runtime.pool.snapshot().queue_depth == 1 and not waiter.done()
+    other = communicator(runtime, node_id="node-b")
+    await make_ready(other, "node-b")
+    await settle(other)
     second = await asyncio.wait_for(waiter, 5)
+    assert second.provider_id == "cli-b"  # node-b's ready, not a release, let it run
+    runtime.pool.release(held)
     runtime.pool.release(second)
     assert runtime.pool.idle()
     await comm.disconnect()
+    await other.disconnect()
 
 
 async def test_ready_without_register_closes_that_connection_only(runtime):
@@ -405,3 +415,31 @@ async def test_a_refused_refresh_is_pushed_again_by_the_next_apply(runtime):
     assert again.pushed_nodes == ("node-a",)
     assert isinstance(await receive(comm), wire.ConfigRefresh)
     await comm.disconnect()
+
+
+def health(runtime: EdgeRuntime, provider_id: str) -> tuple[str, int]:
+    row = next(p for p in runtime.pool.snapshot().providers if p.provider_id == provider_id)
+    return row.health, row.consecutive_failures
+
+
+async def test_probe_results_reach_the_pool_only_for_the_nodes_own_providers(runtime):
+    """R-HEALTH-3: node-a's probes count for its providers; node-b cannot speak for them."""
+    comm = communicator(runtime)
+    other = communicator(runtime, node_id="node-b")
+    await make_ready(comm)
+    await make_ready(other, "node-b")
+    failing = wire.ProbeResult(provider_id="cli-a", ok=False, reason="x" * 5000)
+    await other.send_to(bytes_data=wire.encode(failing))
+    await settle(other)
+    assert health(runtime, "cli-a") == ("healthy", 0)
+    await comm.send_to(bytes_data=wire.encode(failing))
+    await settle(comm)
+    assert health(runtime, "cli-a") == ("healthy", 1)
+    for _ in range(2):
+        await comm.send_to(bytes_data=wire.encode(failing))
+    await settle(comm)
+    row = next(p for p in runtime.pool.snapshot().providers if p.provider_id == "cli-a")
+    assert row.health == "ejected"
+    assert len(row.health_reason) < 300  # a Node's reason is bounded before it is shown
+    await comm.disconnect()
+    await other.disconnect()

@@ -227,6 +227,7 @@ class NodeClient:
         # R-NODE-1: apply the payload and install handlers before saying ready.
         registry = self.registries.install(first.payload)
         router = self.router = Router(self.registries, send)
+        router.prober.follow(registry)
         await send(
             wire.Ready(
                 generation=first.generation,

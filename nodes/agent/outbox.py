@@ -33,11 +33,13 @@ class RunOutput:
         self._room.set()
         self.broken = False  # the connection failed; output is dropped from here on
         self.frames = 0
+        self.emitted = False  # any output was handed over: a failure is after the first byte
 
     async def emit(self, text: str) -> None:
         """Queue output; start a flush unless one is running. Never delays the first chunk."""
         if not text or self.broken:
             return
+        self.emitted = True
         self._parts.append(text)
         self._size += len(text)
         if self._flusher is None or self._flusher.done():

@@ -38,6 +38,7 @@ class Registry:
         limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         self.revision = payload.revision
+        self.payload = payload
         self.http = HttpClient(limits)
         self.adapters: dict[str, Adapter] = {}
         self.errors: dict[str, str] = {}  # provider id -> why it cannot run here

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from nodes import wire
 from nodes.agent.adapters.base import AdapterError, RunSpec
 from nodes.agent.outbox import RunOutput, SendMessage
+from nodes.agent.prober import Prober
 from nodes.agent.registry import Registries
 
 log = logging.getLogger("iop_node.router")
@@ -39,6 +40,7 @@ class Router:
         self._send = send
         self.runs: dict[str, _Run] = {}
         self.accepting = True
+        self.prober = Prober(send)  # R-HEALTH-3: follows the current registry
 
     async def handle(self, message: wire.EdgeToNode) -> None:
         """Handle one message quickly; runs continue in their own tasks."""
@@ -106,7 +108,7 @@ class Router:
         except AdapterError as exc:
             _log_failure(run.run_id, exc)
             await out.drain()
-            end = wire.RunEnd(run_id=run.run_id, ok=False, error=exc.to_wire())
+            end = wire.RunEnd(run_id=run.run_id, ok=False, error=_phased(exc.to_wire(), out))
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
@@ -118,7 +120,7 @@ class Router:
                 message=_END_MESSAGES.get(run.end_code, run.end_code),
                 retryable=run.end_code == "node_shutdown",
             )
-            end = wire.RunEnd(run_id=run.run_id, ok=False, error=error)
+            end = wire.RunEnd(run_id=run.run_id, ok=False, error=_phased(error, out))
         except Exception as exc:
             # Details go to the local log only; the Edge gets no traceback text.
             log.exception("run %s failed unexpectedly", run.run_id)
@@ -142,6 +144,7 @@ class Router:
     async def _refresh(self, payload: wire.NodePayload) -> None:
         # R-NODE-5: new runs use the new registry; the old one closes after its runs drain.
         registry = self.registries.install(payload)
+        self.prober.follow(registry)
         errors = "; ".join(registry.errors.values())
         log.info("config refresh: now on revision %s", payload.revision)
         await self._safe_send(
@@ -157,6 +160,7 @@ class Router:
         """Refuse new runs, let running ones finish within ``grace_s``, then end the rest
         with node_shutdown."""
         self.accepting = False
+        await self.prober.aclose()
         tasks = [r.task for r in self.runs.values() if r.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=grace_s)
@@ -168,6 +172,7 @@ class Router:
     async def abort(self) -> None:
         """The connection is gone: cancel every run without reporting (the Edge failed them)."""
         self.accepting = False
+        await self.prober.aclose()
         tasks = [t for r in self.runs.values() for t in (r.adapter_task, r.task) if t]
         for task in tasks:
             task.cancel()
@@ -176,6 +181,8 @@ class Router:
         self.runs.clear()
 
     async def _end(self, run_id: str, error: wire.RunError) -> None:
+        if not error.phase:
+            error.phase = wire.PHASE_BEFORE_FIRST_BYTE  # refused before any adapter ran
         await self._safe_send(wire.RunEnd(run_id=run_id, ok=False, error=error))
 
     async def _safe_send(self, message: wire.NodeToEdge) -> None:
@@ -190,3 +197,14 @@ def _log_failure(run_id: str, exc: AdapterError) -> None:
     (the Edge and the caller get only the generic message, docs/http-api.md)."""
     status = f" (HTTP {exc.status})" if exc.status else ""
     log.warning("run %s failed: %s%s: %s", run_id, exc.code, status, exc.log_text)
+
+
+def _phased(error: wire.RunError, out: RunOutput) -> wire.RunError:
+    """R-HEALTH-1: once output went to the Edge the failure is after the first byte, whatever
+    the adapter said; an adapter that did not say and emitted nothing failed before it."""
+    if out.emitted:
+        error.phase = wire.PHASE_AFTER_FIRST_BYTE
+        error.retryable = False
+    elif not error.phase:
+        error.phase = wire.PHASE_BEFORE_FIRST_BYTE
+    return error

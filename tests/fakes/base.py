@@ -44,6 +44,8 @@ class Faults:
 
     status: int | None = None  # answer with this status and an error body
     error_message: str = "injected failure"
+    retry_after: str | None = None  # a Retry-After header on the error answer
+    reset_before_headers: bool = False  # close the connection before any status line
     stall_before_first_byte: float | None = None  # before the status line
     stall_mid_stream: float | None = None  # after the first chunk
     drop_mid_stream: bool = False  # close the connection after the first chunk
@@ -166,11 +168,16 @@ class FakeServer:
             return web.Response(status=307, headers={"Location": self.faults.redirect_to})
         if self.faults.endless_body is not None:
             return await self._endless(request, self.faults.endless_body)
+        if self.faults.reset_before_headers:
+            assert request.transport is not None
+            request.transport.abort()  # the client reads a closed connection, no headers
+            raise asyncio.CancelledError
         if self.faults.status is None:
             return None
         body = {"error": {"message": self.faults.error_message, "type": "fake_error"}}
         current().status = self.faults.status
-        return web.json_response(body, status=self.faults.status)
+        headers = {"Retry-After": self.faults.retry_after} if self.faults.retry_after else None
+        return web.json_response(body, status=self.faults.status, headers=headers)
 
     async def _endless(self, request: web.Request, chunk: bytes) -> web.StreamResponse:
         """A body that does not end: writes until the client leaves (or 1 GiB)."""

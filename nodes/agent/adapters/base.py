@@ -41,6 +41,8 @@ class AdapterError(Exception):
         detail: str = "",
         retryable: bool = False,
         status: int | None = None,
+        phase: str = "",
+        retry_after_s: float | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -48,6 +50,8 @@ class AdapterError(Exception):
         self.detail = detail
         self.retryable = retryable
         self.status = status
+        self.phase = phase  # one of nodes.wire.PHASE_*; "" = unknown (R-HEALTH-1)
+        self.retry_after_s = retry_after_s
 
     @property
     def log_text(self) -> str:
@@ -56,7 +60,12 @@ class AdapterError(Exception):
 
     def to_wire(self) -> RunError:
         return RunError(
-            code=self.code, message=self.message, retryable=self.retryable, status=self.status
+            code=self.code,
+            message=self.message,
+            retryable=self.retryable,
+            status=self.status,
+            phase=self.phase,
+            retry_after_s=self.retry_after_s,
         )
 
 

@@ -19,7 +19,7 @@ from nodes.agent.adapters.base import AdapterError, Emit, RunSpec, parse_json_bo
 from nodes.agent.adapters.sse import DONE, ChatChunks, chat_completion
 from nodes.agent.limits import DEFAULT_LIMITS, Limits
 from nodes.agent.secrets import redact, resolve_secret
-from nodes.wire import ProviderPayload, Usage
+from nodes.wire import PHASE_CONNECT, ProviderPayload, Usage
 
 _CHAT_OPERATIONS = {"chat", "chat_completions"}
 CLI_FAILED = "the CLI program failed"  # what the Edge hears; the detail stays in the Node's log
@@ -78,7 +78,7 @@ def _estimate(text: str) -> int:
     return math.ceil(len(text) / 4)
 
 
-def _kill(proc: asyncio.subprocess.Process) -> None:
+def kill_group(proc: asyncio.subprocess.Process) -> None:
     """Kill the command and anything it started (its own process group, R-TLS-4), also
     after the command itself exited: a child it left behind is still in the group."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -147,7 +147,7 @@ class CliAdapter:
             name: resolve_secret(ref, what=f"provider {provider.id} env {name}")
             for name, ref in provider.env.items()
         }
-        self._env = base_env() | extra
+        self.env = base_env() | extra  # what its command (and its probe) sees
         self._secrets = tuple(extra.values())
 
     async def run(self, request: RunSpec, emit: Emit) -> Usage | None:
@@ -161,26 +161,30 @@ class CliAdapter:
         prompt = render_prompt(body.get("messages"))
         model = str(body.get("model") or self.provider.id)
         try:
-            proc, exited = await _spawn(self._command, self._env)
+            proc, exited = await _spawn(self._command, self.env)
         except OSError as exc:
-            raise AdapterError(
+            raise AdapterError(  # like a refused connection (R-HEALTH-1)
                 "upstream_error",
                 CLI_FAILED,
                 detail=f"cannot start {self._command[0]}: {exc.strerror}",
+                retryable=True,
+                phase=PHASE_CONNECT,
             ) from None
         # The run ends when the command exits: whatever it left running is killed then, so
         # a child holding stdout open cannot keep the run (or the Node) waiting (R-TLS-4).
-        exited.add_done_callback(lambda _: _kill(proc))
+        exited.add_done_callback(lambda _: kill_group(proc))
         timeout = self.provider.run_timeout_s or self.limits.cli_run_timeout_s
         try:
             async with asyncio.timeout(timeout):
                 return await self._exchange(proc, exited, request, prompt, model, emit)
         except TimeoutError:
-            raise AdapterError(
-                "upstream_timeout", f"the CLI program did not finish within {timeout:g}s"
+            raise AdapterError(  # retryable unless output went out (the router decides)
+                "upstream_timeout",
+                f"the CLI program did not finish within {timeout:g}s",
+                retryable=True,
             ) from None
         finally:
-            _kill(proc)
+            kill_group(proc)
             await proc.wait()  # reap: no zombies, whatever ended the run
 
     async def _exchange(
@@ -227,8 +231,11 @@ class CliAdapter:
         if code != 0:
             tail = redact(err.decode("utf-8", errors="replace").strip(), self._secrets)
             detail = f": {tail[-300:]}" if tail else ""
-            raise AdapterError(
-                "upstream_error", CLI_FAILED, detail=f"command exited with code {code}{detail}"
+            raise AdapterError(  # like an upstream 5xx; not retried once output went out
+                "upstream_error",
+                CLI_FAILED,
+                detail=f"command exited with code {code}{detail}",
+                retryable=True,
             )
         text = "".join(output)
         usage = Usage(input_tokens=_estimate(prompt), output_tokens=_estimate(text), estimated=True)

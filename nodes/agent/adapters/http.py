@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,7 +20,13 @@ import msgspec
 from nodes.agent.adapters.base import AdapterError
 from nodes.agent.limits import DEFAULT_LIMITS, Limits
 from nodes.agent.secrets import redact, resolve_secret
-from nodes.wire import ProviderPayload
+from nodes.wire import (
+    MAX_RETRY_AFTER_S,
+    PHASE_AFTER_FIRST_BYTE,
+    PHASE_BEFORE_FIRST_BYTE,
+    PHASE_CONNECT,
+    ProviderPayload,
+)
 
 MAX_ERROR_BODY = 64 * 1024
 MAX_MESSAGE_CHARS = 300
@@ -102,6 +110,25 @@ def _to(resp: aiohttp.ClientResponse) -> str:
         return ""
     target = urlsplit(location)
     return f" to {_where(location)}" if target.hostname else " on the same host"
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """An upstream's ``Retry-After`` in seconds (delta-seconds or an HTTP date), bounded;
+    None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()[:64]
+    if value.isdigit():
+        seconds = float(value)
+    else:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    return max(0.0, min(seconds, MAX_RETRY_AFTER_S))
 
 
 def error_message(status: int, body: bytes, secrets: tuple[str, ...] = ()) -> str:
@@ -253,6 +280,10 @@ class Upstream:
             + error_message(resp.status, body[:MAX_ERROR_BODY], self._secrets),
             retryable=resp.status in _RETRYABLE_STATUS,
             status=resp.status,
+            phase=PHASE_BEFORE_FIRST_BYTE,
+            retry_after_s=retry_after_s(resp.headers.get("Retry-After"))
+            if resp.status == 429
+            else None,
         )
 
     def _timeout(self) -> AdapterError:
@@ -260,7 +291,12 @@ class Upstream:
             message = f"upstream sent nothing for {self._idle_s:g}s (idle timeout)"
         else:
             message = f"no response from upstream within {self._first_byte_s:g}s (first byte)"
-        return AdapterError("upstream_timeout", message, retryable=not self.started, status=None)
+        return AdapterError(
+            "upstream_timeout", message, retryable=not self.started, phase=self._phase()
+        )
+
+    def _phase(self) -> str:
+        return PHASE_AFTER_FIRST_BYTE if self.started else PHASE_BEFORE_FIRST_BYTE
 
     def _client_error(self, exc: aiohttp.ClientError) -> AdapterError:
         detail = f"upstream {_where(self._url)}: {type(exc).__name__}"
@@ -270,10 +306,15 @@ class Upstream:
                 "connecting to the upstream timed out",
                 detail=detail,
                 retryable=True,
+                phase=PHASE_CONNECT,
             )
-        if isinstance(exc, aiohttp.ClientConnectorError):
+        if isinstance(exc, aiohttp.ClientConnectorError):  # refused, DNS, TLS
             return AdapterError(
-                "upstream_error", "cannot connect to the upstream", detail=detail, retryable=True
+                "upstream_error",
+                "cannot connect to the upstream",
+                detail=detail,
+                retryable=True,
+                phase=PHASE_CONNECT,
             )
         if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ServerDisconnectedError):
             text = "the upstream closed the connection mid-response"
@@ -285,4 +326,5 @@ class Upstream:
             detail=detail,
             retryable=not self.started,
             status=self.status or None,
+            phase=self._phase(),
         )
