@@ -15,6 +15,7 @@ from typing import Any
 
 from catalog.config import EdgeSnapshot
 from edgekit.running import ApplyOutcome
+from iop_site.health import HealthWatch
 from nodes.hub import NodeHub
 from pool.engine import ProviderPool
 from pool.metering import UsageMeter
@@ -35,6 +36,7 @@ class EdgeRuntime:
         self._snapshot = snapshot
         self.started_at = time.time()
         self.pool = ProviderPool(policy_from_snapshot(snapshot), clock=clock)
+        self.health = HealthWatch(self.pool, clock)
         self.hub = NodeHub(
             lambda: self._snapshot,
             self.pool,
@@ -66,5 +68,6 @@ class EdgeRuntime:
         return ApplyOutcome(pushed_nodes=tuple(pushed))
 
     async def aclose(self) -> None:
+        self.health.close()
         await self.hub.aclose()
         await self.meter.aclose()

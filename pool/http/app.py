@@ -203,7 +203,8 @@ def _usage(meta: _Meta, ex: Exchange) -> tuple[int, int, bool]:
     if usage is not None:
         return usage.input_tokens, usage.output_tokens, usage.estimated
     request = meta.request
-    if request is not None and ex.provider_id is not None and meta.operation != "count_tokens":
+    reached = ex.provider_id is not None and ex.reached  # a refused connection used nothing
+    if request is not None and reached and meta.operation != "count_tokens":
         # No usage from the upstream: the documented estimates, marked as such.
         return request.input_tokens_estimate, (ex.output_bytes + 3) // 4, True
     return 0, 0, False

@@ -115,14 +115,23 @@ def from_pool_error(exc: PoolError) -> HttpError:
     return HttpError(code, str(exc) or None)
 
 
-def from_run_error(error: wire.RunError | None, run: str = "?") -> HttpError:
+class RunFailed(HttpError):
+    """A run that ended in failure before anything reached the client; ``error`` says how
+    (the dispatch loop decides from it whether another provider may try, R-HEALTH-1)."""
+
+    def __init__(self, code: str, message: str | None, error: wire.RunError | None) -> None:
+        super().__init__(code, message)
+        self.error = error
+
+
+def from_run_error(error: wire.RunError | None, run: str = "?") -> RunFailed:
     """Map a Node run failure to the table: timeouts 504, everything else 502.
 
     The message is the Node's generic one (``upstream returned HTTP 400``, ``the CLI program
     failed``); the detail stayed in the Node's log line for the run. The failure is logged
     here too, with the run id ``run`` (docs/http-api.md, "Upstream error messages")."""
     if error is None:
-        return HttpError("upstream_error")
+        return RunFailed("upstream_error", None, None)
     log.warning(
         "run %s failed: %s%s: %s",
         run,
@@ -130,7 +139,7 @@ def from_run_error(error: wire.RunError | None, run: str = "?") -> HttpError:
         f" (HTTP {error.status})" if error.status else "",
         error.message[:300],
     )
-    return HttpError(_RUN_CODES.get(error.code, "upstream_error"), error.message or None)
+    return RunFailed(_RUN_CODES.get(error.code, "upstream_error"), error.message or None, error)
 
 
 def openai_body(err: HttpError) -> dict[str, Any]:

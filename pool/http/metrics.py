@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import Collector
 
@@ -21,11 +21,13 @@ from pool.http.plane import DataPlane
 
 logger = logging.getLogger(__name__)
 
+HEALTH_STATES = ("healthy", "ejected", "probing")  # R-HEALTH-4
 _PROVIDER_GAUGES = (
     ("iop_provider_in_flight", "Normal in-flight runs (leases) on the provider.", "in_flight"),
     ("iop_provider_long_in_flight", "Long-context in-flight runs.", "long_in_flight"),
     ("iop_provider_capacity", "Capacity of the provider as the pool reports it.", "capacity"),
     ("iop_provider_queued", "Pending requests that have the provider as a candidate.", "queued"),
+    ("iop_provider_ejected_seconds", "Time left of its ejection (R-HEALTH-4).", "ejected_for_s"),
 )
 
 
@@ -48,13 +50,21 @@ class PoolCollector(Collector):
             "iop_provider_online", "1 when the provider's Node is dispatch-ready.",
             labels=["node", "provider"],
         )  # fmt: skip
+        health = GaugeMetricFamily(
+            "iop_provider_health", "1 for the provider's health state (healthy/ejected/probing).",
+            labels=["node", "provider", "state"],
+        )  # fmt: skip
         for status in snapshot.providers:
             labels = [status.node_id, status.provider_id]
             for attr, family in families.items():
                 family.add_metric(labels, float(getattr(status, attr)))
             online.add_metric(labels, 1.0 if status.online else 0.0)
+            for state in HEALTH_STATES:
+                health.add_metric([*labels, state], 1.0 if status.health == state else 0.0)
         yield from families.values()
         yield online
+        yield health
+        yield from self._health_counters()
         yield GaugeMetricFamily(
             "iop_queue_depth", "Requests waiting in the global queue.", value=snapshot.queue_depth
         )
@@ -67,6 +77,23 @@ class PoolCollector(Collector):
             "iop_edge_start_time_seconds", "When this Edge process started (epoch seconds).",
             value=self._runtime.started_at,
         )  # fmt: skip
+
+    def _health_counters(self) -> Iterator[Metric]:
+        ejections = CounterMetricFamily(
+            "iop_provider_ejections", "Times the provider was ejected (R-HEALTH-2).",
+            labels=["provider"],
+        )  # fmt: skip
+        for provider_id, count in sorted(self._runtime.pool.ejections_total.items()):
+            ejections.add_metric([provider_id], float(count))
+        yield ejections
+        retries = CounterMetricFamily(
+            "iop_retries", "Requests sent to another provider after a failure before the first "
+            "byte, by model group and the provider that failed (R-HEALTH-1).",
+            labels=["model", "provider"],
+        )  # fmt: skip
+        for (model, provider_id), count in sorted(self._runtime.health.retries.items()):
+            retries.add_metric([model, provider_id], float(count))
+        yield retries
 
 
 class _Scrape(Collector):

@@ -5,12 +5,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from catalog.config import EdgeSnapshot
 from nodes.hub import NodeHub
 from pool.engine import ProviderPool
 from pool.metering import UsageMeter
+
+
+class RetryCounter(Protocol):
+    """Counts requests sent to another provider before the first byte (R-HEALTH-1)."""
+
+    @property
+    def retries(self) -> Mapping[tuple[str, str], int]:
+        """(model group, provider that failed) -> count."""
+        ...
+
+    def retried(self, model: str, provider_id: str) -> None: ...
 
 
 class DataPlane(Protocol):
@@ -22,3 +34,6 @@ class DataPlane(Protocol):
     pool: ProviderPool
     hub: NodeHub
     meter: UsageMeter
+
+    @property
+    def health(self) -> RetryCounter: ...

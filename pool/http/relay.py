@@ -47,6 +47,7 @@ class Exchange:
         "extra_headers",
         "output_bytes",
         "provider_id",
+        "reached",
         "send",
         "started",
         "status",
@@ -63,6 +64,7 @@ class Exchange:
         self.status = 0
         self.code: str | None = None
         self.provider_id: str | None = None
+        self.reached = True  # False: the request never reached an upstream (metered as 0)
         self.usage: wire.Usage | None = None
         self.output_bytes = 0
         self.extra_headers: list[tuple[bytes, bytes]] = []  # x-ratelimit-* (R-PRIN-2)
@@ -115,7 +117,7 @@ class Exchange:
 MAX_WHOLE_BODY_CHARS = 64 * 1024 * 1024  # a non-stream answer is buffered: bound it
 
 
-async def relay_whole(channel: RunSource, ex: Exchange, silence_s: float = 600.0) -> None:
+async def relay_whole(channel: RunSource, ex: Exchange, silence_s: float = 600.0) -> wire.RunEnd:
     """A non-stream run: the Node's output is the response body, sent once the run ends ok."""
     parts: list[str] = []
     size = 0
@@ -133,16 +135,17 @@ async def relay_whole(channel: RunSource, ex: Exchange, silence_s: float = 600.0
         body = "".join(parts).encode()
         ex.output_bytes = len(body)
         await ex.respond(200, body)
-        return
+        return item
 
 
 async def relay_stream(
     channel: RunSource, ex: Exchange, ping_s: float | None = None, silence_s: float = 600.0
-) -> None:
+) -> wire.RunEnd:
     """Relay a streamed run chunk by chunk; chunks already queued go out in one send.
 
-    A failure before any output is a plain error response; after output started it ends
-    the stream with an in-band error event (never a silent truncation).
+    A failure before any output raises ``RunFailed`` (an error response, or a retry); after
+    output started it ends the stream with an in-band error event (never a silent
+    truncation) and returns the failed end.
     """
     ex.stream = True
     if ping_s is None:
@@ -170,14 +173,14 @@ async def relay_stream(
         if end.ok:
             await ex.open_stream()
             await ex.chunk(body, False)
-            return
+            return end
         err = from_run_error(end.error, _run_label(channel))
         if not ex.started and not body:
             raise err
         await ex.open_stream()
         ex.status, ex.code = err.status, err.code
         await ex.chunk(body + stream_error_event(err, ex.anthropic), False)
-        return
+        return end
 
 
 async def _next(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from catalog.config import load_snapshot
+from iop_site.health import HealthWatch
 from nodes import wire
 from nodes.hub import NodeHub
 from pool.engine import ProviderPool
@@ -42,6 +43,7 @@ class Runtime:
         self.snapshot = load_snapshot(doc)
         self.started_at = time.time()
         self.pool = ProviderPool(policy_from_snapshot(self.snapshot))
+        self.health = HealthWatch(self.pool)
         self.hub = NodeHub(lambda: self.snapshot, self.pool)
         self.meter = RecordingMeter()
         self.draining = False

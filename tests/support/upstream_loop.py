@@ -46,6 +46,14 @@ class FakeUpstream:
 
         self.call(_reset())
 
+    def go_down(self) -> None:
+        """Stop listening: connections to its port are refused until ``come_back``."""
+        self.call(self.server.close())
+
+    def come_back(self) -> None:
+        """Listen again on the same port."""
+        self.call(self.server.start(self.server.port))
+
     def wait_disconnect(self, timeout: float = 5.0) -> bool:
         async def _wait() -> bool:
             try:
