@@ -25,7 +25,7 @@ from rest_framework.views import APIView
 from edgekit.running import get_runtime
 
 # Most to least urgent; the summary line lists counts in this order.
-STATES = ("saturated", "busy", "idle", "disabled", "unavailable", "offline")
+STATES = ("ejected", "probing", "saturated", "busy", "idle", "disabled", "unavailable", "offline")
 POLL_INTERVAL_MS = 1000
 
 
@@ -43,14 +43,16 @@ def read_snapshot() -> dict[str, Any]:
 
 
 def provider_state(row: Mapping[str, Any]) -> str:
-    """unavailable (its Node refused it, R-TLS-3), offline, disabled, saturated (no free
-    slot), busy (some in flight) or idle."""
+    """unavailable (its Node refused it, R-TLS-3), offline, disabled, ejected / probing
+    (R-HEALTH-4), saturated (no free slot), busy (some in flight) or idle."""
     if row.get("unavailable"):
         return "unavailable"
     if not row["online"]:
         return "offline"
     if not row["enabled"]:
         return "disabled"
+    if row["health"] != "healthy":
+        return str(row["health"])
     if row["in_flight"] >= row["capacity"]:
         return "saturated"
     if row["in_flight"] > 0:
@@ -65,10 +67,28 @@ def format_wait(ms: float) -> str:
     return f"{ms:.0f} ms" if ms < 1000 else f"{ms / 1000:.1f} s"
 
 
+def format_left(seconds: float) -> str:
+    """Time left of an ejection: "" when none, else whole seconds or minutes and seconds."""
+    if seconds <= 0:
+        return ""
+    whole = max(1, round(seconds))
+    return f"{whole} s" if whole < 60 else f"{whole // 60} min {whole % 60} s"
+
+
+def health_text(row: Mapping[str, Any]) -> str:
+    """The health column: the reason and, while ejected, the time left (R-HEALTH-4)."""
+    reason, left = row["health_reason"], format_left(row["ejected_for_s"])
+    if row["health"] == "ejected":
+        return f"{reason}; back in {left}" if left else reason
+    if row["health"] == "probing":
+        return f"one trial request after: {reason}" if reason else "one trial request"
+    return "-"
+
+
 def _row(row: Mapping[str, Any]) -> dict[str, Any]:
     capacity, in_flight = row["capacity"], row["in_flight"]
     load = min(100, round(100 * in_flight / capacity)) if capacity > 0 else 0
-    return {**row, "state": provider_state(row), "load_pct": load}
+    return {**row, "state": provider_state(row), "load_pct": load, "health_text": health_text(row)}
 
 
 def status_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
@@ -101,6 +121,14 @@ class ProviderStatusSerializer(serializers.Serializer):
     enabled = serializers.BooleanField()
     unavailable = serializers.CharField(
         allow_null=True, help_text="why its Node refused to run it (R-TLS-3), else null"
+    )
+    health = serializers.ChoiceField(
+        choices=["healthy", "ejected", "probing"], help_text="R-HEALTH-4"
+    )
+    health_reason = serializers.CharField(help_text="why it is not healthy; no address")
+    ejected_for_s = serializers.FloatField(help_text="time left of an ejection, 0 otherwise")
+    consecutive_failures = serializers.IntegerField(
+        help_text="failures before the first byte in a row"
     )
 
 

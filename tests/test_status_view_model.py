@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from pool.status import format_wait, provider_state, status_view
+from pool.status import format_left, format_wait, health_text, provider_state, status_view
 
 
 def _row(provider_id: str = "p", node_id: str = "n", **figures: Any) -> dict[str, Any]:
@@ -21,8 +21,14 @@ def _row(provider_id: str = "p", node_id: str = "n", **figures: Any) -> dict[str
         "priority": 10,
         "enabled": True,
         "long_capacity": 0,
+        "health": "healthy",
+        "health_reason": "",
+        "ejected_for_s": 0.0,
+        "consecutive_failures": 0,
     }
     return {**row, **figures}
+
+EJECTED = {"health": "ejected", "health_reason": "cannot connect to the upstream"}
 
 
 @pytest.mark.parametrize(
@@ -35,6 +41,10 @@ def _row(provider_id: str = "p", node_id: str = "n", **figures: Any) -> dict[str
         ({"online": False, "enabled": False}, "offline"),  # offline wins over everything
         ({"online": False, "in_flight": 0}, "offline"),
         ({"online": False, "unavailable": "refused by node policy: ..."}, "unavailable"),
+        ({**EJECTED, "ejected_for_s": 9.2}, "ejected"),  # R-HEALTH-4
+        ({**EJECTED, "in_flight": 2}, "ejected"),  # health wins over load
+        ({"health": "probing", "health_reason": "x"}, "probing"),
+        ({**EJECTED, "enabled": False}, "disabled"),
     ],
 )
 def test_provider_state_names_what_a_newcomer_needs_to_see(
@@ -57,15 +67,34 @@ def test_status_view_sorts_rows_counts_states_and_keeps_engine_fields() -> None:
     ]
     assert [r["load_pct"] for r in view["providers"]] == [100, 50, 0]
     assert view["counts"] == {
-        "saturated": 1, "busy": 1, "idle": 1, "disabled": 0, "unavailable": 0, "offline": 0
-    }  # fmt: skip
+        "ejected": 0,
+        "probing": 0,
+        "saturated": 1,
+        "busy": 1,
+        "idle": 1,
+        "disabled": 0,
+        "unavailable": 0,
+        "offline": 0,
+    }
     assert view["queue_depth"] == 3
     assert (view["oldest_wait_ms"], view["oldest_wait"]) == (1500.0, "1.5 s")
     assert view["providers"][0] == {
         **_row("z", "n1", in_flight=2),
         "state": "saturated",
         "load_pct": 100,
+        "health_text": "-",
     }
+
+
+def test_the_health_column_names_the_reason_and_the_time_left_r_health_4() -> None:
+    assert health_text(_row(**EJECTED, ejected_for_s=9.2)) == (
+        "cannot connect to the upstream; back in 9 s"
+    )
+    assert health_text(_row(health="probing", health_reason="HTTP 503")) == (
+        "one trial request after: HTTP 503"
+    )
+    assert health_text(_row()) == "-"
+    assert [format_left(s) for s in (0.0, 0.2, 59.4, 125.0)] == ["", "1 s", "59 s", "2 min 5 s"]
 
 
 @pytest.mark.parametrize(

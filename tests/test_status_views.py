@@ -190,8 +190,15 @@ def test_status_feed_reports_state_per_provider_and_the_queue(live, staff_client
     assert body["queue_depth"] == 1
     assert (body["oldest_wait_ms"], body["oldest_wait"]) == (2500.0, "2.5 s")
     assert body["counts"] == {
-        "saturated": 1, "busy": 1, "idle": 1, "disabled": 1, "unavailable": 1, "offline": 1
-    }  # fmt: skip
+        "ejected": 0,
+        "probing": 0,
+        "saturated": 1,
+        "busy": 1,
+        "idle": 1,
+        "disabled": 1,
+        "unavailable": 1,
+        "offline": 1,
+    }
     refused = next(row for row in body["providers"] if row["provider_id"] == "p-refused")
     assert (refused["online"], refused["unavailable"]) == (False, REFUSAL)
     engine_rows = {row["provider_id"]: row for row in pool.snapshot()["providers"]}
