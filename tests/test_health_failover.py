@@ -293,3 +293,32 @@ async def test_a_retry_that_cannot_start_within_the_queue_deadline_answers_the_f
     hold.set()
     assert (await busy.done()).status == 200
     await stop(runtime)
+
+
+async def test_a_caller_leaving_after_output_started_counts_as_an_answer_r_health_2() -> None:
+    """R-HEALTH-2: output reached the caller, so the upstream works even if the caller then
+    left (a streaming SDK often closes right after ``[DONE]``): the failure count restarts."""
+    app, runtime, node = await started(document())
+    streaming = asyncio.Event()
+
+    async def script(node: FakeNode, run: Any) -> None:
+        if run.provider_id == "p-dead" and len(node.runs) == 1:
+            await node.end(run.run_id, ok=False, error=CONNECT_REFUSED)
+        elif run.provider_id == "p-dead":
+            await node.emit(run.run_id, "data: one\n\n")
+            streaming.set()
+            await asyncio.Event().wait()  # until the Edge cancels the run
+        else:
+            await answer_ok(node, run)
+
+    node.script = script
+    assert (await post(app)).status == 200
+    assert health(runtime, "p-dead").consecutive_failures == 1
+    call = Call(app, "POST", "/v1/chat/completions", chat(True), token=TOKEN)
+    await streaming.wait()
+    await call.wait_for(lambda: len(call.bodies) >= 1)
+    call.disconnect()
+    await call.done()
+    await until(lambda: runtime.pool.idle())
+    assert health(runtime, "p-dead").consecutive_failures == 0
+    await stop(runtime)

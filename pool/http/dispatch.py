@@ -143,6 +143,10 @@ async def _attempt(
         except RunFailed as failed:
             verdict = verdict_of(failed.error)
             return failed, verdict
+        except asyncio.CancelledError:
+            if ex.output_bytes:  # the caller left after the upstream had answered
+                verdict = ANSWERED
+            raise
         verdict = ANSWERED if end.ok else UNKNOWN  # after the first byte: not a health signal
         return None, verdict
     finally:
