@@ -28,6 +28,7 @@ def _row(provider_id: str = "p", node_id: str = "n", **figures: Any) -> dict[str
     }
     return {**row, **figures}
 
+
 EJECTED = {"health": "ejected", "health_reason": "cannot connect to the upstream"}
 
 
