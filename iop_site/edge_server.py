@@ -34,6 +34,12 @@ class EdgeServer(Server):  # type: ignore[misc]
         self.grace_s = grace_s
         self.ports: list[Any] = []
 
+    def run(self) -> None:
+        from twisted.internet import reactor
+
+        reactor.callLater(0, self.runtime.start)  # first thing once the loop runs
+        super().run()
+
     def listen_success(self, port: Any) -> None:
         self.ports.append(port)
         super().listen_success(port)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from catalog.config import EdgeSnapshot
+from edgekit.loop_lag import INTERVAL_S, LoopLagSampler
 from edgekit.running import ApplyOutcome
 from iop_site.health import HealthWatch
 from nodes.hub import NodeHub
@@ -32,6 +33,7 @@ class EdgeRuntime:
         clock: Callable[[], float] = time.monotonic,
         heartbeat_interval_s: float = 15.0,
         heartbeat_timeout_s: float = 45.0,
+        loop_lag_interval_s: float = INTERVAL_S,
     ) -> None:
         self._snapshot = snapshot
         self.started_at = time.time()
@@ -47,6 +49,12 @@ class EdgeRuntime:
         self._apply_lock: asyncio.Lock | None = None
         self.draining = False  # set on shutdown: no new request is admitted
         self.meter = UsageMeter(lambda: self._snapshot)
+        self.loop_lag = LoopLagSampler(loop_lag_interval_s)
+
+    def start(self) -> None:
+        """Start what runs beside the requests (the loop-lag sampler); idempotent, call it
+        from the running loop."""
+        self.loop_lag.start()
 
     @property
     def snapshot(self) -> EdgeSnapshot:
@@ -69,5 +77,6 @@ class EdgeRuntime:
 
     async def aclose(self) -> None:
         self.health.close()
+        self.loop_lag.stop()
         await self.hub.aclose()
         await self.meter.aclose()

@@ -51,6 +51,7 @@ def serve(snapshot: EdgeSnapshot, *, on_ready: Callable[[], None] | None = None)
     from iop_site.asgi import build_application
     from iop_site.edge_server import EdgeServer
     from iop_site.runtime import EdgeRuntime
+    from nodes.heap import settle_heap
 
     runtime = EdgeRuntime(
         snapshot,
@@ -73,4 +74,5 @@ def serve(snapshot: EdgeSnapshot, *, on_ready: Callable[[], None] | None = None)
         ready_callable=on_ready,
         verbosity=0,
     )
+    settle_heap()  # the collector's pauses were the long tail (docs/performance.md)
     server.run()

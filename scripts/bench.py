@@ -11,78 +11,52 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import importlib
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "scripts")) if p not in sys.path]
 
-import bench_tls  # noqa: E402
+import bench_cells  # noqa: E402
+from bench_cells import (  # noqa: E402
+    BODIES,
+    BenchContext,
+    Cell,
+    Target,
+    cpus_for_pinning,
+    edge_stack,
+    suite,
+)
 from bench_client import (  # noqa: E402
-    Probe,
     StreamSample,
     cpu_seconds,
+    load_average,
     probe_for,
     rss_mb,
     run_wrk,
+    scrape,
 )
-from bench_limits import cell as limits_cell  # noqa: E402
-from bench_report import Row, render  # noqa: E402
+from bench_report import Figures, LoopLag, Row, render  # noqa: E402
 from bench_upstream import EVENTS  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from tests.support import Stack, free_port  # noqa: E402
+from tests.support import free_port  # noqa: E402
 
 CONCURRENCY = (1, 16, 64)
-BODIES = {
-    "json": {"model": "bench", "messages": [{"role": "user", "content": "ping"}]},
-    "stream": {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "ping"}]},
-}
-# --translated: the same upstream answer translated for an Anthropic client (R-XLATE-1):
-# message_start, content_block_start, the text deltas, content_block_stop, message_delta,
-# message_stop (the upstream's role chunk and [DONE] carry no event of their own).
-TRANSLATED_BODIES = {
-    mode: {
-        "model": "bench-translated",
-        "max_tokens": 64,
-        **{k: v for k, v in body.items() if k != "model"},
-    }
-    for mode, body in BODIES.items()
-}
-TRANSLATED_EVENTS = EVENTS + 2
+LAG_HISTOGRAM = "iop_event_loop_lag_sample_seconds"
 WRK_MISSING = """wrk is not installed. On Debian/Ubuntu:
     sudo apt-get update && sudo apt-get install -y wrk
 then run `make bench` again."""
-
-
-class Target:
-    """One server under test: where to POST, with which client token, and its processes."""
-
-    def __init__(
-        self,
-        name: str,
-        port: int,
-        pids: dict[str, int],
-        token: str = "",
-        *,
-        path: str = "/v1/chat/completions",
-        bodies: dict[str, Any] = BODIES,
-        events: int = EVENTS,
-    ) -> None:
-        self.name, self.port, self.pids, self.token = name, port, pids, token
-        self.path, self.bodies, self.events = path, bodies, events
-        self.url = f"http://127.0.0.1:{port}{path}"
-
-    def body(self, mode: str) -> bytes:
-        return json.dumps(self.bodies[mode]).encode()
-
-    def probe(self, mode: str) -> Probe:
-        return Probe("127.0.0.1", self.port, self.path, self.body(mode), self.token)
 
 
 def _spawn(argv: list[str], first_line: str | None = None) -> tuple[subprocess.Popen[str], str]:
@@ -104,7 +78,7 @@ async def _check(target: Target) -> None:
             sample = await probe.one()
         finally:
             await probe.close()
-        expected = target.events if mode == "stream" else 0
+        expected = EVENTS if mode == "stream" else 0
         if sample.status != 200 or sample.events != expected:
             raise RuntimeError(
                 f"{target.name} answered {mode} with status {sample.status} and "
@@ -112,16 +86,41 @@ async def _check(target: Target) -> None:
             )
 
 
-async def _measure(target: Target, mode: str, c: int, seconds: float) -> Row:
-    """wrk at concurrency c; for streams, first-byte times from a probe (alone at c=1,
-    else one extra connection beside wrk's c)."""
-    body = target.body(mode)
+def _lag_buckets(target: Target) -> dict[float, float]:
+    """Cumulative counts of the Edge's loop-lag histogram, by upper bound."""
+    if not target.metrics_url:
+        return {}
+    buckets: dict[float, float] = {}
+    for family in text_string_to_metric_families(scrape(target.metrics_url)):
+        if family.name == LAG_HISTOGRAM:
+            for sample in family.samples:
+                if sample.name.endswith("_bucket"):
+                    buckets[float(sample.labels["le"])] = sample.value
+    return buckets
+
+
+def _lag_between(before: dict[float, float], after: dict[float, float]) -> LoopLag | None:
+    if not after:
+        return None
+    counts = {le: after[le] - before.get(le, 0.0) for le in sorted(after)}
+    total = counts[float("inf")]
+    within_5ms = max((n for le, n in counts.items() if le <= 0.005), default=0.0)
+    worst = min((le for le, n in counts.items() if n >= total), default=0.0)
+    return LoopLag(samples=int(total), over_5ms=int(total - within_5ms), worst_le=worst)
+
+
+async def _measure(cell: Cell, seconds: float) -> Row:
+    """wrk at the cell's concurrency; for streams, first-byte times from a probe (alone at
+    c=1, else one extra connection beside wrk's c)."""
+    target, mode, c = cell.target, cell.mode, cell.c
     samples: list[StreamSample] = []
+    load1 = load_average()
+    lag_before = _lag_buckets(target)
     cpu_before = {name: cpu_seconds(pid) for name, pid in target.pids.items()}
     if mode == "stream" and c == 1:
         samples = await probe_for(target.probe(mode), min(seconds, 2.0))
     wrk = asyncio.create_task(
-        asyncio.to_thread(run_wrk, target.url, body, target.token, c, seconds)
+        asyncio.to_thread(run_wrk, target.url, target.body(mode), target.token, c, seconds)
     )
     if mode == "stream" and c > 1:
         await asyncio.sleep(min(0.5, seconds / 4))  # let wrk's connections get going
@@ -132,7 +131,8 @@ async def _measure(target: Target, mode: str, c: int, seconds: float) -> Row:
         name: (cpu_seconds(pid) - cpu_before[name]) * 1000 / served
         for name, pid in target.pids.items()
     }
-    return Row(target.name, mode, c, result, [s.ttfb_s for s in samples], cpu_ms)
+    lag = _lag_between(lag_before, _lag_buckets(target))
+    return Row(target.name, mode, c, result, [s.ttfb_s for s in samples], cpu_ms, load1, lag)
 
 
 def _profile(pids: dict[str, int], seconds: float, out: Path, label: str) -> list[Any]:
@@ -166,29 +166,51 @@ def _profile(pids: dict[str, int], seconds: float, out: Path, label: str) -> lis
     ]
 
 
-async def _run(targets: list[Target], pids: dict[str, int], args: argparse.Namespace) -> list[Row]:
-    for target in targets:
+async def _run(
+    cells: list[Cell], args: argparse.Namespace
+) -> dict[tuple[str, str, int], list[Row]]:
+    targets = {cell.target.name: cell.target for cell in cells}
+    for target in targets.values():
         await _check(target)
         await asyncio.to_thread(
             run_wrk, target.url, target.body("json"), target.token, 16, 1
         )  # warm-up: connections, caches
-    rows: list[Row] = []
-    for mode in BODIES:
-        for c in CONCURRENCY:
-            runs: dict[str, list[Row]] = {}
-            for turn in range(args.rounds):  # rounds interleave the targets
-                for target in targets:
-                    spies = []
-                    if args.profile and target.name == "edge" and c == 16 and turn == 0:
-                        spies = _profile(pids, args.seconds, Path(args.profile), mode)
-                    row = await _measure(target, mode, c, args.seconds)
-                    for spy in spies:
-                        spy.wait(timeout=30)
-                    print(row.line(), file=sys.stderr, flush=True)
-                    runs.setdefault(target.name, []).append(row)
-            # Best of the rounds: other work on a shared machine only ever slows a run down.
-            rows += [max(found, key=lambda r: r.rps) for found in runs.values()]
-    return rows
+    runs: dict[tuple[str, str, int], list[Row]] = {cell.key: [] for cell in cells}
+    for turn in range(args.rounds):  # every cell once per round: they share the conditions
+        for cell in cells:
+            spies = []
+            if args.profile and cell.target.name == "edge" and cell.c == 16 and turn == 0:
+                spies = _profile(cell.target.pids, args.seconds, Path(args.profile), cell.mode)
+            row = await _measure(cell, args.seconds)
+            for spy in spies:
+                spy.wait(timeout=30)
+            print(f"[{turn + 1}/{args.rounds}] {row.line()}", file=sys.stderr, flush=True)
+            runs[cell.key].append(row)
+    return runs
+
+
+@suite("core")
+def core_suite(ctx: BenchContext) -> Iterator[list[Cell]]:
+    """The upstream alone, the one-hop proxy and Edge+Node, json and stream, c = 1, 16, 64."""
+    proxy_port = free_port()
+    proxy, _ = _spawn(
+        ["scripts/bench_proxy.py", "--port", str(proxy_port),
+         "--upstream", f"http://127.0.0.1:{ctx.upstream_port}"],
+        first_line="ready",
+    )  # fmt: skip
+    try:
+        ctx.pin("proxy", proxy.pid, server=True)
+        with edge_stack(ctx, "edge") as edge:
+            targets = [
+                Target("upstream", ctx.upstream_port, {"upstream": ctx.upstream_pid}),
+                Target("proxy", proxy_port, {"proxy": proxy.pid}),
+                edge,
+            ]
+            levels = ctx.options.concurrency or CONCURRENCY
+            yield [Cell(t, mode, c) for mode in BODIES for c in levels for t in targets]
+    finally:
+        proxy.terminate()
+        proxy.wait(10)
 
 
 def main() -> int:
@@ -196,95 +218,69 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--seconds", type=float, default=3.0, help="length of each wrk run")
-    parser.add_argument("--rounds", type=int, default=2, help="runs per figure; the best counts")
+    parser.add_argument("--rounds", type=int, default=3, help="runs per cell (at least 3)")
+    parser.add_argument(
+        "--concurrency", type=int, nargs="+", help=f"core cells at these only ({CONCURRENCY})"
+    )
+    parser.add_argument("--suite", action="append", help="run only these suites (repeatable)")
+    parser.add_argument("--no-pin", action="store_true", help="leave CPU placement to the OS")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument(
-        "--profile",
-        metavar="DIR",
-        help="py-spy the Edge and the Node during the c=16 runs into DIR",
+        "--profile", metavar="DIR", help="py-spy the Edge and the Node during the c=16 runs"
     )
     parser.add_argument(
-        "--translated",
-        action="store_true",
-        help="also measure the Edge answering an Anthropic client by translation",
+        "--diagnose",
+        metavar="DIR",
+        help="time every collector pass of the Edges and Nodes into DIR",
     )
+    parser.add_argument(
+        "--variant", action="append", choices=sorted(bench_cells.VARIANTS),
+        help="also run an Edge+Node with this fix undone, side by side (docs/performance.md)",
+    )  # fmt: skip
     args = parser.parse_args()
+    args.rounds = max(3, args.rounds)
     if shutil.which("wrk") is None:
         print(WRK_MISSING, file=sys.stderr)
         return 2
+    for name in bench_cells.SUITE_MODULES:
+        importlib.import_module(name)
+    chosen = args.suite or list(bench_cells.SUITES)
     started = time.monotonic()
+    cpus = None if args.no_pin else cpus_for_pinning()
+    if cpus is not None:
+        bench_cells.pin_process(os.getpid(), {cpus[1]})  # wrk, the probe and the upstream
     upstream, port = _spawn(["scripts/bench_upstream.py"])
-    proxy_port = free_port()
-    proxy = None
     try:
-        proxy, _ = _spawn(
-            [
-                "scripts/bench_proxy.py",
-                "--port",
-                str(proxy_port),
-                "--upstream",
-                f"http://127.0.0.1:{port}",
-            ],
-            first_line="ready",
-        )
         with (
             tempfile.TemporaryDirectory(prefix="iop-bench-") as directory,
-            Stack(
-                Path(directory),
-                upstreams={},
-                providers=[
-                    {
-                        "id": "p-bench",
-                        "profile": "openai",
-                        "capacity": 256,
-                        "base_url": f"http://127.0.0.1:{port}/v1",
-                    }
-                ],
-                models=[
-                    {"id": "bench", "providers": {"p-bench": "bench-served"}},
-                    {
-                        "id": "bench-translated",
-                        "providers": {"p-bench": "bench-served"},
-                        "translate": True,
-                    },
-                ],
-                pool={"max_queue": 1024},
-                log_level="WARNING",
-            ) as stack,
-            bench_tls.cell(Path(directory) / "tls", int(port), BODIES) as tls_target,
+            contextlib.ExitStack() as suites,
         ):
-            assert stack.edge and stack.edge.popen and stack.nodes[0].popen
-            pids = {"edge": stack.edge.popen.pid, "node": stack.nodes[0].popen.pid}
-            idle = {name: rss_mb(pid)[0] for name, pid in pids.items()}
-            targets = [
-                Target("upstream", int(port), {"upstream": upstream.pid}),
-                Target("proxy", proxy_port, {"proxy": proxy.pid}),
-                Target("edge", stack.ports["openai"], pids, stack.token),
-                tls_target,
+            ctx = BenchContext(int(port), upstream.pid, Path(directory), args)
+            if cpus is not None:
+                ctx.server_cpu, ctx.peer_cpu = cpus
+                ctx.pinned["upstream"] = ctx.pinned["wrk and probe"] = cpus[1]
+            cells = [
+                c for name in chosen for c in suites.enter_context(bench_cells.SUITES[name](ctx))
             ]
-            if args.translated:
-                targets.append(
-                    Target(
-                        "edge-translated",
-                        stack.ports["openai"],
-                        pids,
-                        stack.token,
-                        path="/v1/messages",
-                        bodies=TRANSLATED_BODIES,
-                        events=TRANSLATED_EVENTS,
-                    )
-                )
-            rows = asyncio.run(_run(targets, pids, args))
-            memory = {name: (idle[name], *rss_mb(pid)) for name, pid in pids.items()}
-            stack.wait_idle()
-        limits = limits_cell(int(port), args.seconds, args.rounds)  # docs/performance.md
+            idle = {name: rss_mb(pid)[0] for name, pid in ctx.memory_pids.items()}
+            runs = asyncio.run(_run(cells, args))
+            memory = {name: (idle[name], *rss_mb(pid)) for name, pid in ctx.memory_pids.items()}
     finally:
-        for proc in (proxy, upstream):
-            if proc is not None:
-                proc.terminate()
-                proc.wait(10)
-    report = render(rows, memory, time.monotonic() - started, args.rounds)
-    print(report["text"] + "\n\n" + limits + bench_tls.compare(rows))
+        upstream.terminate()
+        upstream.wait(10)
+    pinning = (
+        ", ".join(f"{name} on CPU {cpu}" for name, cpu in ctx.pinned.items())
+        if ctx.pinned
+        else "none (fewer than 2 CPUs, or --no-pin)"
+    )
+    header = {
+        "rounds": args.rounds,
+        "seconds": args.seconds,
+        "pinning": pinning,
+        "elapsed_s": time.monotonic() - started,
+    }
+    report = render(Figures(runs), memory, header)
+    print(report["text"])
     if args.json:
         Path(args.json).write_text(json.dumps(report["data"], indent=2))
     return 0

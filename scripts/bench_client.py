@@ -12,6 +12,7 @@ import os
 import ssl
 import subprocess
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,14 +76,9 @@ class Probe:
     """One keep-alive connection that sends POSTs and times each response."""
 
     def __init__(
-        self,
-        host: str,
-        port: int,
-        path: str,
-        body: bytes,
-        token: str,
+        self, host: str, port: int, path: str, body: bytes, token: str,
         tls: ssl.SSLContext | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         headers = [
             f"POST {path} HTTP/1.1",
             f"Host: {host}:{port}",
@@ -170,3 +166,14 @@ def rss_mb(pid: int) -> tuple[float, float]:
         if ":" in line
     )
     return (int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024)
+
+
+def load_average() -> float:
+    """The machine's 1-minute load average (other work competing for the CPUs)."""
+    return os.getloadavg()[0]
+
+
+def scrape(url: str) -> str:
+    """GET a Prometheus text exposition (loopback only)."""
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return str(response.read().decode())

@@ -11,6 +11,7 @@ import sys
 from nodes.agent import __version__
 from nodes.agent.client import NodeClient
 from nodes.agent.config import NodeConfig, NodeConfigError, load_config
+from nodes.heap import settle_heap
 
 log = logging.getLogger("iop_node")
 
@@ -33,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _run(config: NodeConfig, grace_s: float) -> None:
     client = NodeClient(config, shutdown_grace_s=grace_s)
+    settle_heap()  # the collector's pauses were the long tail (docs/performance.md)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, client.stop)

@@ -108,8 +108,10 @@ class _Scrape(Collector):
 
 
 def render_metrics(runtime: DataPlane) -> bytes:
-    """The Prometheus text exposition (format 0.0.4) of the meter and the pool."""
-    return generate_latest(_Scrape((runtime.meter.registry, PoolCollector(runtime))))
+    """The Prometheus text exposition (format 0.0.4) of the meter, the pool and the loop."""
+    return generate_latest(
+        _Scrape((runtime.meter.registry, PoolCollector(runtime), runtime.loop_lag))
+    )
 
 
 async def metrics_response(runtime: DataPlane, send: Any) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from catalog.config import EdgeSnapshot
+from edgekit.loop_lag import LoopLagSampler
 from nodes.hub import NodeHub
 from pool.engine import ProviderPool
 from pool.metering import UsageMeter
@@ -34,6 +35,7 @@ class DataPlane(Protocol):
     pool: ProviderPool
     hub: NodeHub
     meter: UsageMeter
+    loop_lag: LoopLagSampler  # how late the event loop runs, for /metrics
 
     @property
     def health(self) -> RetryCounter: ...

@@ -1,0 +1,197 @@
+"""What `make bench` measures, and the hook that adds more.
+
+A *cell* is one target (a server under test) driven in one mode (``json`` or ``stream``)
+at one concurrency. A *suite* starts what its cells need and yields them; register one
+with ``@suite("name")`` in a module of ``scripts/`` and add the module's name to
+``SUITE_MODULES`` below. ``scripts/bench.py`` enters every suite, then runs all cells in
+interleaved rounds (every cell once per round, so they share the machine's conditions),
+and reports medians and spread. A suite may also add rows to the targets table with
+``@check``. See docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import ssl
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench_client import Probe
+
+if TYPE_CHECKING:
+    from bench_report import Check, Figures
+
+ROOT = Path(__file__).resolve().parent.parent
+# Modules whose import registers more suites or checks (each one: scripts/<name>.py).
+SUITE_MODULES: tuple[str, ...] = ()
+BODIES = {
+    "json": {"model": "bench", "messages": [{"role": "user", "content": "ping"}]},
+    "stream": {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "ping"}]},
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    """One server under test: where to POST, with which client token, and its processes
+    (name -> pid: CPU per request is read for each)."""
+
+    name: str
+    port: int
+    pids: dict[str, int]
+    token: str = ""
+    path: str = "/v1/chat/completions"
+    tls: ssl.SSLContext | None = None  # client context for an https target
+    metrics_url: str = ""  # an Edge's /metrics: loop lag per run is read from it
+
+    @property
+    def url(self) -> str:
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://127.0.0.1:{self.port}{self.path}"
+
+    def body(self, mode: str) -> bytes:
+        return json.dumps(BODIES[mode]).encode()
+
+    def probe(self, mode: str) -> Probe:
+        return Probe("127.0.0.1", self.port, self.path, self.body(mode), self.token, self.tls)
+
+
+@dataclass(frozen=True)
+class Cell:
+    target: Target
+    mode: str  # json | stream
+    c: int
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.target.name, self.mode, self.c)
+
+
+@dataclass
+class BenchContext:
+    """What every suite gets: the shared upstream, the options, a scratch directory."""
+
+    upstream_port: int
+    upstream_pid: int
+    workdir: Path
+    options: Any  # argparse.Namespace of bench.py
+    server_cpu: int | None = None  # where the server under test is pinned (None: not pinned)
+    peer_cpu: int | None = None  # Node, upstream and load generators
+    pinned: dict[str, int] = field(default_factory=dict)  # process name -> CPU, for the report
+    memory_pids: dict[str, int] = field(default_factory=dict)  # RSS reported for these
+
+    def pin(self, name: str, pid: int, server: bool) -> None:
+        """Pin every thread of ``pid`` to the server's or the peers' CPU (no-op unpinned)."""
+        cpu = self.server_cpu if server else self.peer_cpu
+        if cpu is None:
+            return
+        pin_process(pid, {cpu})
+        self.pinned[name] = cpu
+
+
+Suite = Callable[[BenchContext], AbstractContextManager[list[Cell]]]
+SUITES: dict[str, Suite] = {}
+CHECKS: list[Callable[[Figures], list[Check]]] = []
+
+
+def suite(name: str) -> Callable[[Callable[[BenchContext], Iterator[list[Cell]]]], Suite]:
+    """Register a generator function (``contextmanager`` style) that yields its cells."""
+
+    def register(fn: Callable[[BenchContext], Iterator[list[Cell]]]) -> Suite:
+        SUITES[name] = contextmanager(fn)
+        return SUITES[name]
+
+    return register
+
+
+def check(fn: Callable[[Figures], list[Check]]) -> Callable[[Figures], list[Check]]:
+    """Register rows for the targets table, computed from the medians."""
+    CHECKS.append(fn)
+    return fn
+
+
+@contextmanager
+def edge_stack(
+    ctx: BenchContext, name: str, env: dict[str, str] | None = None, **config: Any
+) -> Iterator[Target]:
+    """A real Edge and Node (tests.support.Stack) with one provider of capacity 256 on the
+    shared upstream, pinned like the core cells; ``config`` is merged into the Edge config
+    (``openai=...`` for instance). Yields the target named ``name``."""
+    from tests.support import Stack
+
+    # scripts/bench_diag/sitecustomize.py acts only on the IOP_BENCH_* variables.
+    env = {"PYTHONPATH": f"{ROOT / 'scripts' / 'bench_diag'}{os.pathsep}{ROOT}", **(env or {})}
+    if ctx.options.diagnose:
+        out = Path(ctx.options.diagnose).resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        env["IOP_BENCH_GC_LOG"] = str(out / f"gc-{name}")
+    with Stack(
+        ctx.workdir / name,
+        upstreams={},
+        providers=[
+            {
+                "id": "p-bench",
+                "profile": "openai",
+                "capacity": 256,
+                "base_url": f"http://127.0.0.1:{ctx.upstream_port}/v1",
+            }
+        ],
+        models=[{"id": "bench", "providers": {"p-bench": "bench-served"}}],
+        pool={"max_queue": 1024},
+        env=env,
+        log_level="WARNING",
+        **config,
+    ) as stack:
+        assert stack.edge and stack.edge.popen and stack.nodes[0].popen
+        pids = {"edge": stack.edge.popen.pid, "node": stack.nodes[0].popen.pid}
+        ctx.pin(f"{name}: edge", pids["edge"], server=True)
+        ctx.pin(f"{name}: node", pids["node"], server=False)
+        ctx.memory_pids.update(
+            {f"{name}: {k}" if name != "edge" else k: v for k, v in pids.items()}
+        )
+        yield Target(
+            name,
+            stack.ports["openai"],
+            pids,
+            stack.token,
+            metrics_url=stack.admin_url + "/metrics",
+        )
+        stack.wait_idle()
+
+
+# --variant NAME: a second Edge+Node, changed by scripts/bench_diag/sitecustomize.py.
+VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
+    "gc": ("edge-gc-undone", {"IOP_BENCH_UNDO": "gc"}),  # no gc.freeze / set_threshold
+    "gc-7000": ("edge-gc-7000", {"IOP_BENCH_GC_THRESHOLD": "7000,10,10"}),  # 10x young gen
+}
+
+
+@suite("variants")
+def variants_suite(ctx: BenchContext) -> Iterator[list[Cell]]:
+    """Each ``--variant`` (VARIANTS) beside the shipped Edge at c=1 and 16, same rounds."""
+    with contextlib.ExitStack() as stack:
+        cells: list[Cell] = []
+        for variant in ctx.options.variant or []:
+            name, env = VARIANTS[variant]
+            target = stack.enter_context(edge_stack(ctx, name, env))
+            cells += [Cell(target, mode, c) for mode in BODIES for c in (1, 16)]
+        yield cells
+
+
+def pin_process(pid: int, cpus: set[int]) -> None:
+    """``taskset -a``: every thread of a process, so worker threads follow the main one."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), cpus)
+        except ProcessLookupError:  # a thread that just ended
+            continue
+
+
+def cpus_for_pinning() -> tuple[int, int] | None:
+    """(server CPU, peer CPU) when this process may use at least two CPUs, else None."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return (cpus[0], cpus[1]) if len(cpus) >= 2 else None
