@@ -179,8 +179,9 @@ async def _run(
     for turn in range(args.rounds):  # every cell once per round: they share the conditions
         for cell in cells:
             spies = []
-            if args.profile and cell.target.name == "edge" and cell.c == 16 and turn == 0:
-                spies = _profile(cell.target.pids, args.seconds, Path(args.profile), cell.mode)
+            if args.profile and cell.target.name == "edge" and cell.c <= 16 and turn == 0:
+                label = f"{cell.mode}-c{cell.c}"
+                spies = _profile(cell.target.pids, args.seconds, Path(args.profile), label)
             row = await _measure(cell, args.seconds)
             for spy in spies:
                 spy.wait(timeout=30)
@@ -226,7 +227,9 @@ def main() -> int:
     parser.add_argument("--no-pin", action="store_true", help="leave CPU placement to the OS")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument(
-        "--profile", metavar="DIR", help="py-spy the Edge and the Node during the c=16 runs"
+        "--profile",
+        metavar="DIR",
+        help="py-spy the Edge and the Node in the first c=1 and c=16 runs",
     )
     parser.add_argument(
         "--diagnose",
