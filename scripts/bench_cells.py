@@ -148,8 +148,8 @@ def edge_stack(
     ) as stack:
         assert stack.edge and stack.edge.popen and stack.nodes[0].popen
         pids = {"edge": stack.edge.popen.pid, "node": stack.nodes[0].popen.pid}
-        ctx.pin(f"{name}: edge", pids["edge"], server=True)
-        ctx.pin(f"{name}: node", pids["node"], server=False)
+        ctx.pin(f"{name} (Edge)", pids["edge"], server=True)
+        ctx.pin(f"{name} (Node)", pids["node"], server=False)
         ctx.memory_pids.update(
             {f"{name}: {k}" if name != "edge" else k: v for k, v in pids.items()}
         )
