@@ -249,6 +249,7 @@ def main() -> int:
         importlib.import_module(name)
     chosen = args.suite or list(bench_cells.SUITES)
     started = time.monotonic()
+    all_cpus = os.sched_getaffinity(0)
     cpus = None if args.no_pin else cpus_for_pinning()
     if cpus is not None:
         bench_cells.pin_process(os.getpid(), {cpus[1]})  # wrk, the probe and the upstream
@@ -258,7 +259,7 @@ def main() -> int:
             tempfile.TemporaryDirectory(prefix="iop-bench-") as directory,
             contextlib.ExitStack() as suites,
         ):
-            ctx = BenchContext(int(port), upstream.pid, Path(directory), args)
+            ctx = BenchContext(int(port), upstream.pid, Path(directory), args, all_cpus=all_cpus)
             if cpus is not None:
                 ctx.server_cpu, ctx.peer_cpu = cpus
                 ctx.pinned["upstream"] = ctx.pinned["wrk and probe"] = cpus[1]

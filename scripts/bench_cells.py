@@ -83,6 +83,7 @@ class BenchContext:
     peer_cpu: int | None = None  # Node, upstream and load generators
     pinned: dict[str, int] = field(default_factory=dict)  # process name -> CPU, for the report
     memory_pids: dict[str, int] = field(default_factory=dict)  # RSS reported for these
+    all_cpus: set[int] = field(default_factory=set)  # what bench.py could use at start
 
     def pin(self, name: str, pid: int, server: bool) -> None:
         """Pin every thread of ``pid`` to the server's or the peers' CPU (no-op unpinned)."""
@@ -116,11 +117,15 @@ def check(fn: Callable[[Figures], list[Check]]) -> Callable[[Figures], list[Chec
 
 @contextmanager
 def edge_stack(
-    ctx: BenchContext, name: str, env: dict[str, str] | None = None, **config: Any
+    ctx: BenchContext,
+    name: str,
+    env: dict[str, str] | None = None,
+    pin: bool = True,
+    **config: Any,
 ) -> Iterator[Target]:
     """A real Edge and Node (tests.support.Stack) with one provider of capacity 256 on the
-    shared upstream, pinned like the core cells; ``config`` is merged into the Edge config
-    (``openai=...`` for instance). Yields the target named ``name``."""
+    shared upstream, pinned like the core cells unless ``pin`` is false; ``config`` is merged
+    into the Edge config (``openai=...`` for instance). Yields the target named ``name``."""
     from tests.support import Stack
 
     # scripts/bench_diag/sitecustomize.py acts only on the IOP_BENCH_* variables.
@@ -148,8 +153,12 @@ def edge_stack(
     ) as stack:
         assert stack.edge and stack.edge.popen and stack.nodes[0].popen
         pids = {"edge": stack.edge.popen.pid, "node": stack.nodes[0].popen.pid}
-        ctx.pin(f"{name} (Edge)", pids["edge"], server=True)
-        ctx.pin(f"{name} (Node)", pids["node"], server=False)
+        if pin:
+            ctx.pin(f"{name} (Edge)", pids["edge"], server=True)
+            ctx.pin(f"{name} (Node)", pids["node"], server=False)
+        else:  # children inherit bench.py's own pinning: give them every CPU back
+            for pid in pids.values():
+                pin_process(pid, ctx.all_cpus)
         ctx.memory_pids.update(
             {f"{name}: {k}" if name != "edge" else k: v for k, v in pids.items()}
         )
@@ -167,6 +176,7 @@ def edge_stack(
 VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "gc": ("edge-gc-undone", {"IOP_BENCH_UNDO": "gc"}),  # no gc.freeze / set_threshold
     "gc-7000": ("edge-gc-7000", {"IOP_BENCH_GC_THRESHOLD": "7000,10,10"}),  # 10x young gen
+    "unpinned": ("edge-unpinned", {}),  # the OS places the Edge and the Node
 }
 
 
@@ -177,7 +187,8 @@ def variants_suite(ctx: BenchContext) -> Iterator[list[Cell]]:
         cells: list[Cell] = []
         for variant in ctx.options.variant or []:
             name, env = VARIANTS[variant]
-            target = stack.enter_context(edge_stack(ctx, name, env))
+            pin = variant != "unpinned"
+            target = stack.enter_context(edge_stack(ctx, name, env, pin=pin))
             cells += [Cell(target, mode, c) for mode in BODIES for c in (1, 16)]
         yield cells
 
