@@ -167,7 +167,7 @@ def edge_stack(
             stack.ports["openai"],
             pids,
             stack.token,
-            metrics_url=stack.admin_url + "/metrics",
+            metrics_url=stack.control_url + "/metrics",
         )
         stack.wait_idle()
 
