@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import importlib
 import json
 import os
@@ -30,6 +31,8 @@ sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "scripts")) if p not in sys.pa
 import bench_cells  # noqa: E402
 from bench_cells import (  # noqa: E402
     BODIES,
+    TRANSLATED_BODIES,
+    TRANSLATED_EVENTS,
     BenchContext,
     Cell,
     Target,
@@ -47,7 +50,6 @@ from bench_client import (  # noqa: E402
     scrape,
 )
 from bench_report import Figures, LoopLag, Row, render  # noqa: E402
-from bench_upstream import EVENTS  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from tests.support import free_port  # noqa: E402
@@ -78,7 +80,7 @@ async def _check(target: Target) -> None:
             sample = await probe.one()
         finally:
             await probe.close()
-        expected = EVENTS if mode == "stream" else 0
+        expected = target.events if mode == "stream" else 0
         if sample.status != 200 or sample.events != expected:
             raise RuntimeError(
                 f"{target.name} answered {mode} with status {sample.status} and "
@@ -207,6 +209,13 @@ def core_suite(ctx: BenchContext) -> Iterator[list[Cell]]:
                 Target("proxy", proxy_port, {"proxy": proxy.pid}),
                 edge,
             ]
+            if ctx.options.translated:  # the same Edge, asked by an Anthropic client
+                targets.append(
+                    dataclasses.replace(
+                        edge, name="edge-translated", path="/v1/messages",
+                        bodies=TRANSLATED_BODIES, events=TRANSLATED_EVENTS,
+                    )
+                )  # fmt: skip
             levels = ctx.options.concurrency or CONCURRENCY
             yield [Cell(t, mode, c) for mode in BODIES for c in levels for t in targets]
     finally:
@@ -224,6 +233,11 @@ def main() -> int:
         "--concurrency", type=int, nargs="+", help=f"core cells at these only ({CONCURRENCY})"
     )
     parser.add_argument("--suite", action="append", help="run only these suites (repeatable)")
+    parser.add_argument(
+        "--translated",
+        action="store_true",
+        help="also measure the Edge answering an Anthropic client by translation",
+    )
     parser.add_argument("--no-pin", action="store_true", help="leave CPU placement to the OS")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument(

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench_client import Probe
+from bench_upstream import EVENTS
 
 if TYPE_CHECKING:
     from bench_report import Check, Figures
@@ -33,6 +34,15 @@ BODIES = {
     "json": {"model": "bench", "messages": [{"role": "user", "content": "ping"}]},
     "stream": {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "ping"}]},
 }
+# --translated: the same upstream answer translated for an Anthropic client (R-XLATE-1):
+# message_start, content_block_start, the text deltas, content_block_stop, message_delta,
+# message_stop (the upstream's role chunk and [DONE] carry no event of their own).
+TRANSLATED_BODIES = {
+    mode: {"model": "bench-translated", "max_tokens": 64,
+           **{k: v for k, v in body.items() if k != "model"}}
+    for mode, body in BODIES.items()
+}  # fmt: skip
+TRANSLATED_EVENTS = EVENTS + 2
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,8 @@ class Target:
     path: str = "/v1/chat/completions"
     tls: ssl.SSLContext | None = None  # client context for an https target
     metrics_url: str = ""  # an Edge's /metrics: loop lag per run is read from it
+    bodies: dict[str, Any] = field(default_factory=lambda: BODIES)  # by mode
+    events: int = EVENTS  # data events a stream answer must carry
 
     @property
     def url(self) -> str:
@@ -54,7 +66,7 @@ class Target:
         return f"{scheme}://127.0.0.1:{self.port}{self.path}"
 
     def body(self, mode: str) -> bytes:
-        return json.dumps(BODIES[mode]).encode()
+        return json.dumps(self.bodies[mode]).encode()
 
     def probe(self, mode: str) -> Probe:
         return Probe("127.0.0.1", self.port, self.path, self.body(mode), self.token, self.tls)
@@ -145,7 +157,10 @@ def edge_stack(
                 "base_url": f"http://127.0.0.1:{ctx.upstream_port}/v1",
             }
         ],
-        models=[{"id": "bench", "providers": {"p-bench": "bench-served"}}],
+        models=[
+            {"id": "bench", "providers": {"p-bench": "bench-served"}},
+            {"id": "bench-translated", "providers": {"p-bench": "bench-served"}, "translate": True},
+        ],
         pool={"max_queue": 1024},
         env=env,
         log_level="WARNING",
