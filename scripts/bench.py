@@ -232,7 +232,11 @@ def main() -> int:
     parser.add_argument(
         "--concurrency", type=int, nargs="+", help=f"core cells at these only ({CONCURRENCY})"
     )
-    parser.add_argument("--suite", action="append", help="run only these suites (repeatable)")
+    parser.add_argument(
+        "--suite",
+        action="append",
+        help="only these suites (repeatable); 'limits' names the per-token cell",
+    )
     parser.add_argument(
         "--translated",
         action="store_true",
@@ -261,7 +265,7 @@ def main() -> int:
         return 2
     for name in bench_cells.SUITE_MODULES:
         importlib.import_module(name)
-    chosen = args.suite or list(bench_cells.SUITES)
+    chosen = [name for name in args.suite or bench_cells.SUITES if name in bench_cells.SUITES]
     started = time.monotonic()
     all_cpus = os.sched_getaffinity(0)
     cpus = None if args.no_pin else cpus_for_pinning()
@@ -283,6 +287,7 @@ def main() -> int:
             idle = {name: rss_mb(pid)[0] for name, pid in ctx.memory_pids.items()}
             runs = asyncio.run(_run(cells, args))
             memory = {name: (idle[name], *rss_mb(pid)) for name, pid in ctx.memory_pids.items()}
+        epilogues = [text for fn in bench_cells.EPILOGUES if (text := fn(ctx))]
     finally:
         upstream.terminate()
         upstream.wait(10)
@@ -298,7 +303,7 @@ def main() -> int:
         "elapsed_s": time.monotonic() - started,
     }
     report = render(Figures(runs), memory, header)
-    print(report["text"])
+    print("\n\n".join([report["text"], *epilogues]))
     if args.json:
         Path(args.json).write_text(json.dumps(report["data"], indent=2))
     return 0

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 # Modules whose import registers more suites or checks (each one: scripts/<name>.py).
-SUITE_MODULES: tuple[str, ...] = ()
+SUITE_MODULES: tuple[str, ...] = ("bench_tls", "bench_limits")
 BODIES = {
     "json": {"model": "bench", "messages": [{"role": "user", "content": "ping"}]},
     "stream": {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "ping"}]},
@@ -109,6 +109,8 @@ class BenchContext:
 Suite = Callable[[BenchContext], AbstractContextManager[list[Cell]]]
 SUITES: dict[str, Suite] = {}
 CHECKS: list[Callable[[Figures], list[Check]]] = []
+SECTIONS: list[Callable[[Figures], list[str]]] = []  # more report lines from the medians
+EPILOGUES: list[Callable[[BenchContext], str]] = []  # own measurements after the rounds
 
 
 def suite(name: str) -> Callable[[Callable[[BenchContext], Iterator[list[Cell]]]], Suite]:
@@ -125,6 +127,18 @@ def check(fn: Callable[[Figures], list[Check]]) -> Callable[[Figures], list[Chec
     """Register rows for the targets table, computed from the medians."""
     CHECKS.append(fn)
     return fn
+
+
+def bench_providers(ctx: BenchContext) -> list[dict[str, Any]]:
+    """The one provider every bench Edge has: capacity 256 on the shared upstream."""
+    return [
+        {
+            "id": "p-bench",
+            "profile": "openai",
+            "capacity": 256,
+            "base_url": f"http://127.0.0.1:{ctx.upstream_port}/v1",
+        }
+    ]
 
 
 @contextmanager
@@ -149,14 +163,7 @@ def edge_stack(
     with Stack(
         ctx.workdir / name,
         upstreams={},
-        providers=[
-            {
-                "id": "p-bench",
-                "profile": "openai",
-                "capacity": 256,
-                "base_url": f"http://127.0.0.1:{ctx.upstream_port}/v1",
-            }
-        ],
+        providers=bench_providers(ctx),
         models=[
             {"id": "bench", "providers": {"p-bench": "bench-served"}},
             {"id": "bench-translated", "providers": {"p-bench": "bench-served"}, "translate": True},
@@ -206,6 +213,19 @@ def variants_suite(ctx: BenchContext) -> Iterator[list[Cell]]:
             target = stack.enter_context(edge_stack(ctx, name, env, pin=pin))
             cells += [Cell(target, mode, c) for mode in BODIES for c in (1, 16)]
         yield cells
+
+
+def section(fn: Callable[[Figures], list[str]]) -> Callable[[Figures], list[str]]:
+    """Register lines for the report (markdown), computed from the medians."""
+    SECTIONS.append(fn)
+    return fn
+
+
+def epilogue(fn: Callable[[BenchContext], str]) -> Callable[[BenchContext], str]:
+    """Register a measurement of its own, run after the rounds while the upstream is up; its
+    text is appended to the report."""
+    EPILOGUES.append(fn)
+    return fn
 
 
 def pin_process(pid: int, cpus: set[int]) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "scripts")) if p not in sys.path]
 
+from bench_cells import BenchContext, epilogue  # noqa: E402
 from bench_client import WrkResult, cpu_seconds, run_wrk  # noqa: E402
 
 from tests.support import Stack, sha256_hex  # noqa: E402
@@ -161,8 +162,16 @@ def render(result: dict[str, Any]) -> str:
 
 
 def cell(upstream_port: int, seconds: float, rounds: int) -> str:
-    """The hook `scripts/bench.py` calls: measure and render."""
+    """Measure and render."""
     return render(measure(upstream_port, seconds, max(rounds, 3)))
+
+
+@epilogue
+def limits_epilogue(ctx: BenchContext) -> str:
+    """The hook `scripts/bench.py` runs after its rounds (scripts/bench_cells.py)."""
+    if ctx.options.suite and "limits" not in ctx.options.suite:
+        return ""
+    return cell(ctx.upstream_port, ctx.options.seconds, ctx.options.rounds)
 
 
 def main() -> int:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench_cells import CHECKS, check
+from bench_cells import CHECKS, SECTIONS, check
 from bench_client import WrkResult, percentile
 from bench_upstream import EVENTS
 
@@ -311,6 +311,8 @@ def render(
         ["process", "idle", "after the load", "peak"],
         [[name, *(f"{v:.0f}" for v in figures)] for name, figures in memory.items()],
     )
+    for fn in SECTIONS:
+        out += ["", *fn(f)]
     checks = [c for fn in CHECKS for c in fn(f)]
     out += ["", "## Targets on medians (reported, not asserted)", ""]
     out += _table(
