@@ -15,6 +15,7 @@ from daphne.server import Server
 from twisted.internet import defer
 
 from iop_site.runtime import EdgeRuntime
+from iop_site.twisted_guards import attach_flow
 
 log = logging.getLogger("iop.edge")
 
@@ -43,6 +44,11 @@ class EdgeServer(Server):  # type: ignore[misc]
     def listen_success(self, port: Any) -> None:
         self.ports.append(port)
         super().listen_success(port)
+
+    def create_application(self, protocol: Any, scope: dict[str, Any]) -> Any:
+        if scope["type"] == "http":
+            attach_flow(protocol, scope)  # R-IN-5: the relay sees the client's write buffer
+        return super().create_application(protocol, scope)
 
     def kill_all_applications(self) -> defer.Deferred[Any]:
         drained = defer.Deferred.fromFuture(asyncio.ensure_future(self.drain()))

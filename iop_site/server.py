@@ -44,6 +44,11 @@ def serve(snapshot: EdgeSnapshot, *, on_ready: Callable[[], None] | None = None)
     endpoints.install()
 
     _tune_daphne()
+    from iop_site import twisted_guards
+
+    twisted_guards.install(
+        max_body_bytes=snapshot.max_request_bytes, header_timeout_s=snapshot.header_timeout_s
+    )
 
     from django.conf import settings
 

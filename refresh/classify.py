@@ -122,6 +122,11 @@ LIVE_PARAMETERS: tuple[Parameter, ...] = (
         "principal token share of the queue (R-PRIN-3)",
         "1..provider_pool.max_queue, omitted = none",
     ),
+    Parameter(
+        "openai.stream_buffer_bytes",
+        "relay buffer per stream before Node backpressure (R-IN-5)",
+        "65536..67108864",
+    ),
 )
 
 # Ordered most specific first: the first class that covers a path names its reason.
@@ -135,6 +140,8 @@ RESTART_CLASSES: tuple[Parameter, ...] = (
     Parameter("openai.enabled", "OpenAI listener"),
     Parameter("openai.listen", "OpenAI listener"),
     Parameter("openai.tls", "OpenAI listener TLS", subtree=True),
+    Parameter("openai.max_request_bytes", "body limit of every HTTP listener (R-IN-1)"),
+    Parameter("openai.header_timeout_s", "header deadline of every HTTP listener (R-IN-5)"),
     Parameter("openai.bearer_token", "legacy caller token (R-AUTH-1)"),
     Parameter("openai.principal_tokens", "principal tokens (R-CFG-12)", subtree=True),
     Parameter("openai.provider_auth", "legacy provider auth (R-AUTH-2)", subtree=True),

@@ -176,6 +176,13 @@ CASES: list[tuple[str, Callable[[Doc], object], str, str, str]] = [
         LIVE,
         "OpenAI long-context threshold (R-POOL-7)",
     ),
+    (
+        "stream_buffer_bytes",
+        lambda d: d["openai"].update(stream_buffer_bytes=65536),
+        "openai.stream_buffer_bytes",
+        LIVE,
+        "relay buffer per stream before Node backpressure (R-IN-5)",
+    ),
     # --- restart-required classes -------------------------------------------------------------
     ("edge_id", lambda d: d["edge"].update(id="edge-2"), "edge.id", RESTART, "Edge identity"),
     (
@@ -307,11 +314,18 @@ CASES: list[tuple[str, Callable[[Doc], object], str, str, str]] = [
         "Stream Evidence Gate settings (R-SEG-1)",
     ),
     (
-        "openai_other",
+        "max_request_bytes",
         lambda d: d["openai"].update(max_request_bytes=4096),
         "openai.max_request_bytes",
         RESTART,
-        "OpenAI ingress settings",
+        "body limit of every HTTP listener (R-IN-1)",
+    ),
+    (
+        "header_timeout",
+        lambda d: d["openai"].update(header_timeout_s=5),
+        "openai.header_timeout_s",
+        RESTART,
+        "header deadline of every HTTP listener (R-IN-5)",
     ),
     (
         "metrics_token",

@@ -193,6 +193,8 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
         openai_tls=_tls(openai.tls),
         long_context_threshold_tokens=openai.long_context_threshold_tokens,
         max_request_bytes=openai.max_request_bytes,
+        header_timeout_s=openai.header_timeout_s,
+        stream_buffer_bytes=openai.stream_buffer_bytes,
         bearer_token=_secret(openai.bearer_token),
         metrics_token=_secret(openai.metrics_token),
         principal_tokens=tokens,

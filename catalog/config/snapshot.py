@@ -172,6 +172,8 @@ class EdgeSnapshot:
     openai_tls: TLSFiles | None
     long_context_threshold_tokens: int
     max_request_bytes: int
+    header_timeout_s: float
+    stream_buffer_bytes: int
     bearer_token: SecretRef | None
     metrics_token: SecretRef | None
     principal_tokens: tuple[PrincipalTokenSpec, ...]

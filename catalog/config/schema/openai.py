@@ -20,6 +20,9 @@ from catalog.config.schema.base import (
 from catalog.config.schema.sections import ServerTLSDoc
 
 DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
+MAX_REQUEST_BYTES_LIMIT = 64 * 1024 * 1024  # the Node reassembles bodies up to this (R-IN-2)
+DEFAULT_HEADER_TIMEOUT_S = 15.0
+DEFAULT_STREAM_BUFFER_BYTES = 1024 * 1024
 
 # daphne drops inbound header names that contain "_", so the caller-facing header may not.
 InboundHeader = Annotated[HeaderName, matching(r"[^_]+", "must not contain '_'")]
@@ -84,7 +87,13 @@ class OpenAIDoc(Doc):
     listen: Listen = "127.0.0.1:8080"
     tls: ServerTLSDoc | None = None
     long_context_threshold_tokens: Annotated[int, Field(gt=0)] = 100000
-    max_request_bytes: Annotated[int, Field(ge=1024)] = DEFAULT_MAX_REQUEST_BYTES
+    max_request_bytes: Annotated[int, Field(ge=1024, le=MAX_REQUEST_BYTES_LIMIT)] = (
+        DEFAULT_MAX_REQUEST_BYTES
+    )
+    header_timeout_s: Annotated[float, Field(gt=0, le=300)] = DEFAULT_HEADER_TIMEOUT_S
+    stream_buffer_bytes: Annotated[int, Field(ge=65536, le=MAX_REQUEST_BYTES_LIMIT)] = (
+        DEFAULT_STREAM_BUFFER_BYTES
+    )
     bearer_token: Secret | None = None
     metrics_token: Secret | None = None
     principal_tokens: list[PrincipalTokenDoc] = Field(default_factory=list)

@@ -1,0 +1,210 @@
+"""Guards on daphne's Twisted HTTP channel: what must happen before the ASGI app runs.
+
+- R-IN-1: a body whose declared Content-Length (or chunked bytes so far) exceeds the limit
+  is answered 413 ``request_too_large`` at once, before it is read or spooled to disk and
+  before authentication, on every HTTP listener of the process.
+- R-IN-5: a connection that has not sent complete request headers within the header
+  deadline is closed (Twisted's idle timeout restarts on every byte, so it cannot do this).
+- R-IN-5: the channel's write side is exposed to the app as a ``WriteFlow`` (paused while
+  the socket's write buffer is full), so the relay can stop pulling from the Node.
+
+The hook points are Twisted's ``HTTPChannel`` (``connectionMade``, ``dataReceived``,
+``allHeadersReceived``, ``pauseProducing``/``resumeProducing``) and ``Request``
+(``handleContentChunk``); ``tests/test_twisted_guards.py`` fails if one moves.
+See docs/architecture.md ("Hostile clients").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from twisted.web import http
+
+from pool.http.errors import HttpError, error_json
+
+log = logging.getLogger("iop.edge")
+
+LINGER_S = 5.0  # after a 413, read and discard this long so the client sees the answer
+FLOW_KEY = "iop.write_flow"  # scope["extensions"] key of the WriteFlow
+
+
+class WriteFlow:
+    """Whether the client's socket takes more output; the relay waits on ``writable``."""
+
+    __slots__ = ("_waiter", "paused")
+
+    def __init__(self) -> None:
+        self.paused = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def writable(self, timeout_s: float) -> bool:
+        """True once the client has read what was written; False after ``timeout_s``."""
+        if not self.paused:
+            return True
+        if self._waiter is None or self._waiter.done():
+            self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(self._waiter)
+        except TimeoutError:
+            return False
+        return True
+
+
+class GuardedChannel(http.HTTPChannel):  # type: ignore[misc]
+    """An ``HTTPChannel`` with a header deadline, an early body limit and a write flow."""
+
+    max_body_bytes = 8 * 1024 * 1024  # set by ``install``
+    header_timeout_s = 15.0
+    _iop_deadline: Any = None
+    _iop_refused = False
+    _iop_flow: WriteFlow | None = None
+
+    # --- header deadline (R-IN-5) ------------------------------------------------------------
+
+    def connectionMade(self) -> None:
+        super().connectionMade()
+        self._iop_arm(self.header_timeout_s)
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._iop_refused:
+            return  # answered 413: the rest is read and discarded until the linger ends
+        if self._iop_deadline is None and self.line_mode and not self._handlingRequest:
+            self._iop_arm(self.header_timeout_s)  # the first byte of the next request
+        super().dataReceived(data)
+
+    def allHeadersReceived(self) -> None:
+        self._iop_disarm()
+        if self.length is not None and self.length > self.max_body_bytes:
+            self.refuse_body()  # R-IN-1: from the declared length, before any body byte
+            return
+        super().allHeadersReceived()
+
+    def rawDataReceived(self, data: bytes) -> None:
+        if not self._iop_refused:
+            super().rawDataReceived(data)
+
+    def allContentReceived(self) -> None:
+        if not self._iop_refused:
+            super().allContentReceived()
+
+    def connectionLost(self, reason: Any) -> None:
+        self._iop_disarm()
+        if self._iop_flow is not None:
+            self._iop_flow.resume()
+        super().connectionLost(reason)
+
+    def _iop_arm(self, seconds: float) -> None:
+        self._iop_disarm()
+        self._iop_deadline = self.callLater(seconds, self._iop_expired)  # the factory's reactor
+
+    def _iop_disarm(self) -> None:
+        call, self._iop_deadline = self._iop_deadline, None
+        if call is not None and call.active():
+            call.cancel()
+
+    def _iop_expired(self) -> None:
+        self._iop_deadline = None
+        if self.transport is not None:
+            self.transport.abortConnection()
+
+    # --- body limit (R-IN-1) -----------------------------------------------------------------
+
+    def refuse_body(self) -> None:
+        """Answer 413 in the caller's error shape and close, reading nothing more into memory."""
+        if self._iop_refused or self.transport is None:
+            return
+        self._iop_refused = True
+        path = getattr(self, "_path", b"") or b""
+        err = HttpError(
+            "request_too_large", f"the request body exceeds {self.max_body_bytes} bytes"
+        )
+        body = error_json(err, anthropic=path.startswith(b"/v1/messages"))
+        self.transport.write(
+            b"HTTP/1.1 413 Request Entity Too Large\r\n"
+            b"Content-Type: application/json\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n"
+            b"Connection: close\r\n\r\n" + body
+        )
+        self.setTimeout(None)
+        # Half-close: the answer and a FIN go out; what the client still sends is discarded
+        # for a short while so its TCP stack does not reset the answer away, then abort.
+        lose_write = getattr(self.transport, "loseWriteConnection", None)
+        if lose_write is not None:
+            lose_write()
+        else:
+            self.transport.loseConnection()
+        self._iop_arm(LINGER_S)
+
+    # --- write flow (R-IN-5) -----------------------------------------------------------------
+
+    def write_flow(self) -> WriteFlow:
+        if self._iop_flow is None:
+            self._iop_flow = WriteFlow()
+            if self._waitingForTransport:
+                self._iop_flow.pause()
+        return self._iop_flow
+
+    def pauseProducing(self) -> None:
+        if self._iop_flow is not None:
+            self._iop_flow.pause()
+        super().pauseProducing()
+
+    def resumeProducing(self) -> None:
+        if self._iop_flow is not None:
+            self._iop_flow.resume()
+        super().resumeProducing()
+
+
+def _guarded_request(base: type) -> type:
+    class GuardedRequest(base):  # type: ignore[misc, valid-type]
+        """Counts chunked body bytes as they are decoded (R-IN-1)."""
+
+        iop_guarded = True
+        _iop_received = 0
+
+        def handleContentChunk(self, data: bytes) -> None:
+            channel = self.channel
+            if channel is None or getattr(channel, "_iop_refused", False):
+                return
+            self._iop_received += len(data)
+            if self._iop_received > getattr(channel, "max_body_bytes", self._iop_received):
+                channel.refuse_body()
+                return
+            super().handleContentChunk(data)
+
+    return GuardedRequest
+
+
+def _guarded_protocol(factory: Any) -> Any:
+    return http._GenericHTTPChannelProtocol(GuardedChannel())
+
+
+def install(*, max_body_bytes: int, header_timeout_s: float) -> None:
+    """Make daphne build guarded channels and requests; safe to call again (new limits)."""
+    from daphne import http_protocol
+
+    GuardedChannel.max_body_bytes = max_body_bytes
+    GuardedChannel.header_timeout_s = header_timeout_s
+    if not getattr(http_protocol.WebRequest, "iop_guarded", False):
+        # looked up by daphne's HTTPFactory.buildProtocol as a module global
+        http_protocol.WebRequest = _guarded_request(http_protocol.WebRequest)
+    http_protocol.HTTPFactory.protocol = _guarded_protocol
+
+
+def attach_flow(protocol: Any, scope: dict[str, Any]) -> None:
+    """Give an HTTP request's app its channel's ``WriteFlow`` (daphne builds the scope)."""
+    channel = getattr(protocol, "channel", None)
+    if isinstance(channel, GuardedChannel):
+        scope.setdefault("extensions", {})[FLOW_KEY] = channel.write_flow()

@@ -1,0 +1,92 @@
+"""The Twisted hook points the Edge's guards rely on (R-IN-1, R-IN-5), driven in memory.
+
+Each test fails if Twisted moves the hook its guard patches: the declared length reaching
+``allHeadersReceived``, decoded chunks reaching ``Request.handleContentChunk``, the
+transport pausing the channel, and a deadline armed on connection.
+"""
+
+from __future__ import annotations
+
+import json
+
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+from twisted.web import http
+
+from iop_site.twisted_guards import GuardedChannel, WriteFlow, _guarded_request
+
+LIMIT = 1024
+
+
+def _channel() -> tuple[GuardedChannel, StringTransport, Clock]:
+    clock = Clock()
+    channel = GuardedChannel()
+    channel.max_body_bytes = LIMIT
+    channel.header_timeout_s = 5.0
+    channel.requestFactory = _guarded_request(http.Request)
+    channel.callLater = clock.callLater
+    transport = StringTransport()
+    channel.makeConnection(transport)
+    return channel, transport, clock
+
+
+def test_r_in_1_a_declared_length_over_the_limit_is_answered_before_a_body_file_exists() -> None:
+    """R-IN-1: 413 from the Content-Length alone; the request never gets a content file."""
+    channel, transport, _ = _channel()
+    channel.dataReceived(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n")
+    assert transport.value().startswith(b"HTTP/1.1 413 ")
+    body = transport.value().partition(b"\r\n\r\n")[2]
+    assert json.loads(body)["error"]["type"] == "request_too_large"  # Anthropic shape
+    assert channel.requests[-1].content is None
+    channel.dataReceived(b"x" * 4096)  # discarded, never buffered
+    assert channel.requests[-1].content is None
+
+
+def test_r_in_1_chunked_bytes_are_counted_as_they_are_decoded() -> None:
+    """R-IN-1: the 413 comes with the chunk that passes the limit, before the body ends."""
+    channel, transport, _ = _channel()
+    channel.dataReceived(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    channel.dataReceived(b"200\r\n" + b"a" * 512 + b"\r\n")
+    assert transport.value() == b""
+    channel.dataReceived(b"400\r\n" + b"a" * 1024 + b"\r\n")
+    assert transport.value().startswith(b"HTTP/1.1 413 ")
+    assert json.loads(transport.value().partition(b"\r\n\r\n")[2])["error"]["code"] == (
+        "request_too_large"
+    )
+    channel.dataReceived(b"0\r\n\r\n")  # the end of the body no longer starts a request
+    content = channel.requests[-1].content
+    assert content.tell() == 512
+    content.close()  # chunked bodies within the limit spool to a temp file, as before
+
+
+def test_r_in_5_the_header_deadline_is_armed_on_connection_and_ends_it() -> None:
+    """R-IN-5: bytes keep arriving but the headers never complete: aborted at the deadline."""
+    channel, transport, clock = _channel()
+    for _ in range(4):
+        clock.advance(1.0)
+        channel.dataReceived(b"X")
+    assert not transport.disconnecting
+    clock.advance(1.5)
+    assert transport.disconnecting or transport.disconnected
+
+
+def test_r_in_5_complete_headers_cancel_the_deadline() -> None:
+    """R-IN-5: ``allHeadersReceived`` is where the header deadline ends."""
+    channel, transport, clock = _channel()
+    channel.dataReceived(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n")
+    clock.advance(60.0)
+    assert not transport.disconnecting
+
+
+def test_r_in_5_the_transport_pausing_the_channel_pauses_the_write_flow() -> None:
+    """R-IN-5: Twisted's transport tells the channel its write buffer is full; the relay's
+    ``WriteFlow`` follows (``pauseProducing``/``resumeProducing``)."""
+    channel, _, _ = _channel()
+    flow = channel.write_flow()
+    assert isinstance(flow, WriteFlow) and not flow.paused
+    channel.pauseProducing()
+    assert flow.paused and channel._waitingForTransport
+    channel.resumeProducing()
+    assert not flow.paused
