@@ -112,7 +112,7 @@ def _parse(
     if _content_type(scope) == "application/json":
         try:
             envelope = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # R-IN-3
             raise BadRequest("the body is not valid JSON") from None
         if not isinstance(envelope, dict) or "config" not in envelope:
             raise BadRequest('a JSON body is {"mode": "dry_run"|"apply", "config": {...}}')

@@ -23,6 +23,7 @@ from catalog.config import EdgeSnapshot
 from nodes import wire
 from nodes.payload import compile_payload
 from nodes.runs import RunChannel, RunOrder
+from nodes.tokens import sane_usage
 from pool.engine import Lease, ProviderPool
 
 log = logging.getLogger("iop.nodes")
@@ -148,6 +149,7 @@ class NodeHub:
         elif isinstance(message, wire.RunEnd):
             channel = session.runs.pop(message.run_id, None)
             if channel is not None:
+                message.usage = sane_usage(message.usage, f"node {session.node_id}")  # R-IN-6
                 channel.finish(message)
         elif isinstance(message, wire.ProbeResult):
             if session.state == READY:  # only for this node's own providers (R-HEALTH-3)

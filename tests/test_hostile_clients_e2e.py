@@ -141,8 +141,7 @@ def test_r_in_1_a_chunked_body_is_refused_as_soon_as_it_passes_the_limit(stack: 
     sent = 0
     with _connect(stack.ports["openai"]) as sock:
         sock.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n"
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
         )
         answered = False
         while sent < 64 * LIMIT:  # bounded: far more than the limit

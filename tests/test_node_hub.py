@@ -443,3 +443,23 @@ async def test_probe_results_reach_the_pool_only_for_the_nodes_own_providers(run
     assert len(row.health_reason) < 300  # a Node's reason is bounded before it is shown
     await comm.disconnect()
     await other.disconnect()
+
+
+async def test_r_in_6_a_nodes_huge_or_negative_usage_is_counted_as_zero_with_a_log_line(
+    runtime, caplog
+):
+    """R-IN-6: 2**63 and -5 from a Node reach the request as 0, and the run still ends ok."""
+    comm = communicator(runtime)
+    await make_ready(comm)
+    await settle(comm)
+    lease, channel = await run_on(runtime)
+    request = await receive(comm)
+    end = wire.RunEnd(run_id=request.run_id, ok=True, usage=wire.Usage(2**63, -5))
+    await comm.send_to(bytes_data=wire.encode(end))
+    await settle(comm)
+    received = await channel.get()
+    assert isinstance(received, wire.RunEnd) and received.ok
+    assert received.usage == wire.Usage(0, 0)
+    assert "out of range; counted as 0" in caplog.text
+    runtime.pool.release(lease)
+    await comm.disconnect()

@@ -33,7 +33,9 @@ def _channel() -> tuple[GuardedChannel, StringTransport, Clock]:
 def test_r_in_1_a_declared_length_over_the_limit_is_answered_before_a_body_file_exists() -> None:
     """R-IN-1: 413 from the Content-Length alone; the request never gets a content file."""
     channel, transport, _ = _channel()
-    channel.dataReceived(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n")
+    channel.dataReceived(
+        b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n"
+    )
     assert transport.value().startswith(b"HTTP/1.1 413 ")
     body = transport.value().partition(b"\r\n\r\n")[2]
     assert json.loads(body)["error"]["type"] == "request_too_large"  # Anthropic shape

@@ -56,6 +56,8 @@ def parse_text(text: str | bytes) -> dict[str, Any]:
         document = yaml.load(text, Loader=_StrictLoader)  # a safe loader subclass
     except yaml.YAMLError as exc:
         raise ConfigError([ConfigIssue(ROOT, _syntax_message(exc))]) from None
+    except RecursionError:  # R-IN-3: nesting deeper than the parser can follow
+        raise ConfigError([ConfigIssue(ROOT, "the document is nested too deeply")]) from None
     if document is None:
         raise ConfigError([ConfigIssue(ROOT, "the document is empty")])
     if not isinstance(document, dict):

@@ -84,8 +84,10 @@ def parse_request(endpoint: Endpoint, body: bytes) -> ParsedRequest:
     """Decode and check the fields the Edge relies on; ``invalid_request`` names the field."""
     try:
         data = msgspec.json.decode(body)
-    except msgspec.DecodeError:
+    except msgspec.DecodeError:  # also invalid UTF-8
         raise _invalid("the request body is not valid JSON") from None
+    except RecursionError:  # R-IN-3: msgspec raises this, not DecodeError, on deep nesting
+        raise _invalid("the request body is nested too deeply") from None
     if not isinstance(data, dict):
         raise _invalid("the request body must be a JSON object")
     for name in FORBIDDEN_FIELDS:

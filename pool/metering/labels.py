@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
+from nodes.tokens import token_figure
+
 if TYPE_CHECKING:
     from catalog.config import EdgeSnapshot
 
@@ -138,9 +140,6 @@ def outcome_code(status: int, code: str | None) -> str:
 
 
 def token_count(value: object) -> int:
-    """A non-negative integer token count (a missing or odd figure counts as 0)."""
-    try:
-        number = int(value)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        return 0
-    return max(number, 0)
+    """A token count for the ledger: a missing, negative, huge or odd figure counts as 0
+    (R-IN-6), so one bad value never fails the batch write."""
+    return token_figure(value, "metered")

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from nodes.tokens import token_figure
 from nodes.wire import RunError, Usage
 
 Emit = Callable[[str], Awaitable[None]] | Callable[[str], None]
@@ -117,9 +118,10 @@ def usage_from(obj: Any) -> Usage | None:
         return None
     inp = obj.get("prompt_tokens", obj.get("input_tokens"))
     out = obj.get("completion_tokens", obj.get("output_tokens"))
-    if not isinstance(inp, int) and not isinstance(out, int):
+    if inp is None and out is None:
         return None
+    # R-IN-6: a negative, huge or non-numeric figure counts 0 with a log line.
     return Usage(
-        input_tokens=inp if isinstance(inp, int) else 0,
-        output_tokens=out if isinstance(out, int) else 0,
+        input_tokens=token_figure(inp, "upstream input_tokens"),
+        output_tokens=token_figure(out, "upstream output_tokens"),
     )

@@ -14,6 +14,7 @@ from typing import Any
 from nodes.agent.adapters.base import AdapterError, Emit, RunSpec, parse_json_body, send
 from nodes.agent.adapters.http import HttpClient, Upstream, provider_headers
 from nodes.agent.adapters.sse import DONE, ChatChunks, chat_completion
+from nodes.tokens import token_figure
 from nodes.wire import ProviderPayload, Usage
 
 _CHAT_OPERATIONS = ("chat", "chat_completions")
@@ -127,9 +128,9 @@ def _finish(done_reason: Any, had_tools: bool) -> str:
 
 
 def _usage(final: dict[str, Any]) -> Usage:
-    return Usage(
-        input_tokens=int(final.get("prompt_eval_count") or 0),
-        output_tokens=int(final.get("eval_count") or 0),
+    return Usage(  # R-IN-6
+        input_tokens=token_figure(final.get("prompt_eval_count"), "ollama prompt_eval_count"),
+        output_tokens=token_figure(final.get("eval_count"), "ollama eval_count"),
     )
 
 
