@@ -270,18 +270,25 @@ def slow_reader(stack: Stack, stream_mib: int = 32, stall_s: float = 10.0) -> di
         while time.monotonic() < deadline:
             time.sleep(0.2)  # the attack itself: not reading
         upstream_sent = sum(len(r.response) for r in up.requests)
-        received = 0
+        received, ending = 0, "complete"
         while True:
-            data = sock.recv(MIB)
-            if not data or data.endswith(b"0\r\n\r\n"):
-                received += len(data)
+            try:
+                data = sock.recv(MIB)
+            except OSError as exc:
+                ending = type(exc).__name__
                 break
             received += len(data)
+            if not data:
+                ending = "closed early"
+                break
+            if data.endswith(b"0\r\n\r\n"):
+                break
     stack.upstream().call(_set(up, "reply_text", "Hello from the fake upstream."))
     return {
         "stream_mib": stream_mib,
         "upstream_sent_during_stall_mib": round(upstream_sent / MIB, 1),
         "client_received_mib": round(received / MIB, 1),
+        "ending": ending,
     }
 
 

@@ -127,6 +127,7 @@ class OpenAIApp:
             if meta.ticket.quota is not None:
                 ex.extra_headers = meta.ticket.quota.headers()
         long = request.input_tokens_estimate >= tables.long_threshold  # R-POOL-7
+        tables.check_fits(request.model, request.input_tokens_estimate, long)  # R-IN-4
         watch = DisconnectWatch(receive, ex)
         try:
             await dispatch(

@@ -36,6 +36,12 @@ ERRORS: dict[str, Row] = {
         "invalid_request_error",
         "no provider of this model supports the requested operation",
     ),
+    "context_length_exceeded": Row(
+        400,
+        "invalid_request_error",
+        "invalid_request_error",
+        "the request is longer than any provider of this model can hold",
+    ),
     "invalid_api_key": Row(
         401, "invalid_request_error", "authentication_error", "invalid or missing API key"
     ),

@@ -57,13 +57,66 @@ def needs_for(capability: str, stream: bool, tools: bool) -> frozenset[str]:
     return found
 
 
-def estimate_tokens(body: bytes) -> int:
-    """The documented input-token estimate: one token per 4 bytes of the request body.
+def estimate_tokens(body: bytes, data: Any = None) -> int:
+    """The documented input-token estimate (docs/http-api.md, R-IN-4): one token per 4 bytes
+    of the request body, except that each image, audio or file part counts
+    ``BINARY_PART_TOKENS`` instead of its base64 length.
 
     Deliberately cheap and on the high side (JSON punctuation counts too), so a request
     near the threshold is treated as long rather than overrunning a normal slot (R-POOL-7).
     """
-    return (len(body) + BYTES_PER_TOKEN - 1) // BYTES_PER_TOKEN
+    if data is None or not any(marker in body for marker in _BINARY_MARKERS):
+        return (len(body) + BYTES_PER_TOKEN - 1) // BYTES_PER_TOKEN
+    binary_chars, parts = binary_parts(data)
+    text_bytes = max(len(body) - binary_chars, 0)
+    return (text_bytes + BYTES_PER_TOKEN - 1) // BYTES_PER_TOKEN + parts * BINARY_PART_TOKENS
+
+
+BINARY_PART_TOKENS = 1024  # the fixed admission cost of one image, audio or file part
+# Content parts that carry binary data, in the Chat Completions, Responses and Messages APIs.
+BINARY_PART_TYPES = frozenset(
+    {"image_url", "image", "input_image", "input_audio", "input_file", "file", "document"}
+)
+# No binary part without one of these in the body: the walk is skipped (the common case).
+_BINARY_MARKERS = (b"data:", b"image", b"audio", b"file", b"document")
+
+
+def binary_parts(data: Any) -> tuple[int, int]:
+    """(characters of binary payload, number of binary parts) in a decoded request.
+
+    A part is a dict whose ``type`` is in ``BINARY_PART_TYPES`` (all its strings count as
+    payload), or else any ``data:`` URL string. Iterative: the depth is the decoder's.
+    """
+    chars = parts = 0
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            if value.get("type") in BINARY_PART_TYPES:
+                parts += 1
+                chars += _string_chars(value)
+            else:
+                stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str) and value.startswith("data:") and len(value) > 64:
+            parts += 1
+            chars += len(value)
+    return chars, parts
+
+
+def _string_chars(data: Any) -> int:
+    total = 0
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            total += len(value)
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return total
 
 
 @dataclass(slots=True)
@@ -124,7 +177,7 @@ def parse_request(endpoint: Endpoint, body: bytes) -> ParsedRequest:
         model=model,
         stream=stream,
         needs=needs_for(endpoint.capability, stream, uses_tools),
-        input_tokens_estimate=estimate_tokens(body),
+        input_tokens_estimate=estimate_tokens(body, data),
     )
 
 

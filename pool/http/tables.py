@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from catalog.config import EdgeSnapshot
 from pool.http.auth import AuthTable, ProviderAuthRule
+from pool.http.errors import HttpError
 from pool.http.operations import Target, build_targets
 
 
@@ -35,12 +37,14 @@ class Tables:
     __slots__ = (
         "_scoped",
         "auth",
+        "fits",
         "long_threshold",
         "max_request_bytes",
         "model_bodies",
         "models_body",
         "provider_auth",
         "snapshot",
+        "stream_buffer_bytes",
         "targets",
         "translating",
     )
@@ -53,6 +57,8 @@ class Tables:
         self.long_threshold: int = snapshot.long_context_threshold_tokens
         self.max_request_bytes: int = snapshot.max_request_bytes
         self.translating = frozenset(m.id for m in snapshot.models.values() if m.translate)
+        self.stream_buffer_bytes: int = snapshot.stream_buffer_bytes
+        self.fits = {group.id: Fit.of(group, snapshot) for group in snapshot.models.values()}
         # R-CFG-11: the catalog's model groups, never a provider's own /models answer.
         created = int(started_at)
         created_at = datetime.fromtimestamp(created, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -73,6 +79,26 @@ class Tables:
         """The ``/v1/models`` body for a token scope (None = every group)."""
         return self.models_body if scope is None else self._scoped[scope]
 
+    def check_fits(self, model: str, estimate: int, long: bool) -> None:
+        """R-IN-4: 400 ``context_length_exceeded`` for a request no provider could ever hold."""
+        fit = self.fits.get(model)
+        if fit is None:
+            return  # an unknown model is the pool's answer (model_not_found)
+        if fit.window is not None and estimate > fit.window:
+            raise HttpError(
+                "context_length_exceeded",
+                f"about {estimate} input tokens; the largest context window of "
+                f"'{model}' is {fit.window}",
+                "messages",
+            )
+        if long and not fit.long_slots:
+            raise HttpError(
+                "context_length_exceeded",
+                f"about {estimate} input tokens is a long-context request and no provider of "
+                f"'{model}' has long-context slots",
+                "messages",
+            )
+
 
 def _list_body(entries: list[dict[str, Any]]) -> bytes:
     return _dumps(
@@ -84,3 +110,18 @@ def _list_body(entries: list[dict[str, Any]]) -> bytes:
             "last_id": entries[-1]["id"] if entries else None,
         }
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """What the largest provider of a model group can hold, online or not (R-IN-4)."""
+
+    window: int | None  # the largest context window; None when a provider declares none
+    long_slots: bool  # some provider has long-context slots (enabled or not)
+
+    @classmethod
+    def of(cls, group: Any, snapshot: Any) -> Fit:
+        specs = [snapshot.providers[p] for p in group.providers if p in snapshot.providers]
+        windows = [spec.context_window_tokens for spec in specs]
+        window = None if not windows or None in windows else max(windows)
+        return cls(window, any(spec.long_context_capacity > 0 for spec in specs))
