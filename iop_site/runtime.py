@@ -61,8 +61,15 @@ class EdgeRuntime:
         return self._snapshot
 
     def pool_status(self) -> dict[str, Any]:
-        """The pool snapshot as a dict (R-POOL-8); call it on the loop that owns the pool."""
-        return self.pool.snapshot().as_dict()
+        """The pool snapshot as a dict (R-POOL-8) with the relay's buffered output (R-IN-5);
+        call it on the loop that owns the pool."""
+        total, largest, held = self.hub.relay_buffered()
+        return {
+            **self.pool.snapshot().as_dict(),
+            "relay_buffered_bytes": total,
+            "relay_buffered_bytes_max": largest,
+            "relay_held_streams": held,
+        }
 
     async def apply(self, snapshot: EdgeSnapshot) -> ApplyOutcome:
         """Install an already validated and classified snapshot; applies are serialized."""

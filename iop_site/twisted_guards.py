@@ -23,11 +23,11 @@ from typing import Any
 from twisted.web import http
 
 from pool.http.errors import HttpError, error_json
+from pool.http.relay import WRITE_FLOW
 
 log = logging.getLogger("iop.edge")
 
 LINGER_S = 5.0  # after a 413, read and discard this long so the client sees the answer
-FLOW_KEY = "iop.write_flow"  # scope["extensions"] key of the WriteFlow
 
 
 class WriteFlow:
@@ -207,4 +207,4 @@ def attach_flow(protocol: Any, scope: dict[str, Any]) -> None:
     """Give an HTTP request's app its channel's ``WriteFlow`` (daphne builds the scope)."""
     channel = getattr(protocol, "channel", None)
     if isinstance(channel, GuardedChannel):
-        scope.setdefault("extensions", {})[FLOW_KEY] = channel.write_flow()
+        scope.setdefault("extensions", {})[WRITE_FLOW] = channel.write_flow()

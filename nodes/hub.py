@@ -75,6 +75,7 @@ class NodeHub:
         self._generations = itertools.count(1)
         self._run_ids = itertools.count(1)
         self._tasks: set[asyncio.Task[None]] = set()
+        self.open_channels: set[RunChannel] = set()  # opened and not yet closed by the request
         self._heartbeat: asyncio.Task[None] | None = None
 
     # --- connections -------------------------------------------------------------------------
@@ -144,8 +145,11 @@ class NodeHub:
             return
         if isinstance(message, wire.RunEvent):
             channel = session.runs.get(message.run_id)
-            if channel is not None:
-                channel.feed(message.data)
+            if channel is not None and not channel.feed(message.data):
+                log.warning("node %s: run %s overran its credit", session.node_id, channel.run_id)
+                del session.runs[channel.run_id]
+                channel.fail("upstream_error", "the node sent more output than it was allowed")
+                self._spawn(session.transport.send(wire.encode(wire.Cancel(run_id=channel.run_id))))
         elif isinstance(message, wire.RunEnd):
             channel = session.runs.pop(message.run_id, None)
             if channel is not None:
@@ -222,20 +226,33 @@ class NodeHub:
 
     # --- runs --------------------------------------------------------------------------------
 
-    async def open_run(self, lease: Lease, spec: RunOrder) -> RunChannel:
-        """Send a run to the lease's Node; its output arrives on the returned channel."""
+    async def open_run(self, lease: Lease, spec: RunOrder, window: int = 0) -> RunChannel:
+        """Send a run to the lease's Node; its output arrives on the returned channel.
+
+        ``window`` > 0: the Node holds its output once that many characters are not yet
+        relayed (R-IN-5). A body over ``wire.SPLIT_BODY_BYTES`` goes first in parts (R-IN-2).
+        """
         session = self.sessions.get(lease.node_id)
         if session is None or session.state != READY:
             raise NodeUnavailable(lease.node_id)
         run_id = f"r{next(self._run_ids):x}"
-        channel = RunChannel(run_id, lease.node_id)
+        transport = session.transport
+
+        def grant(chars: int) -> None:
+            self._spawn(transport.send(wire.encode(wire.Credit(run_id=run_id, chars=chars))))
+
+        channel = RunChannel(run_id, lease.node_id, window, grant if window else None)
         session.runs[run_id] = channel
+        self.open_channels.add(channel)
+        parts = wire.split(spec.body.decode()) if len(spec.body) > wire.SPLIT_BODY_BYTES else []
         fields: dict[str, Any] = {
             "run_id": run_id,
             "provider_id": lease.provider_id,
             "operation": spec.operation,
             "stream": spec.stream,
-            "body": msgspec.Raw(spec.body),
+            "body": msgspec.Raw(b"null" if parts else spec.body),
+            "body_parts": len(parts),
+            "credit": window,
         }
         message: wire.TunnelRequest | wire.RunRequest = (  # R-POOL-10: passthrough or normalized
             wire.TunnelRequest(**fields, forward_headers=dict(spec.forward_headers))
@@ -243,14 +260,24 @@ class NodeHub:
             else wire.RunRequest(**fields)
         )
         try:
-            await session.transport.send(wire.encode(message))
+            for part in parts:
+                await transport.send(wire.encode(wire.RunBodyPart(run_id=run_id, data=part)))
+            await transport.send(wire.encode(message))
         except BaseException:
             self.close_run(channel)
             raise
         return channel
 
+    def relay_buffered(self) -> tuple[int, int, int]:
+        """Run output received and not yet relayed (R-IN-5): total and largest characters,
+        and how many runs wait for their client to read."""
+        sizes = [channel.outstanding for channel in self.open_channels]
+        held = sum(1 for channel in self.open_channels if channel.held)
+        return sum(sizes), max(sizes, default=0), held
+
     def close_run(self, channel: RunChannel) -> None:
         """The request is done with this run; a run still going is cancelled on its Node."""
+        self.open_channels.discard(channel)
         if channel.finished:
             return
         channel.fail("cancelled", "the caller went away")

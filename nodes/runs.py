@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from nodes import wire
@@ -19,28 +20,67 @@ class RunOrder:
     forward_headers: tuple[tuple[str, str], ...] = ()
 
 
+Grant = Callable[[int], None]
+
+
 class RunChannel:
     """Output of one run, in order, ending with exactly one terminal ``RunEnd``.
 
     ``finish`` is idempotent: the first terminal wins, a duplicated or late one is
     ignored, so a run can never end twice (R-POOL-9).
+
+    With a ``window`` (R-IN-5) the Node may have at most that many characters outstanding:
+    received here and not yet released by the reader (taken and handed to a client socket
+    that took them). Released characters go back to the Node as credit in batches of a
+    quarter window; a Node that sends past its window is refused (``feed`` returns False),
+    so the queue is bounded.
     """
 
-    __slots__ = ("_queue", "end", "node_id", "run_id")
+    __slots__ = ("_grant", "_queue", "_taken", "_unreturned", "end", "held", "node_id",
+                 "outstanding", "run_id", "window")  # fmt: skip
 
-    def __init__(self, run_id: str, node_id: str) -> None:
+    def __init__(
+        self, run_id: str, node_id: str, window: int = 0, grant: Grant | None = None
+    ) -> None:
         self.run_id = run_id
         self.node_id = node_id
         self.end: wire.RunEnd | None = None
         self._queue: asyncio.Queue[str | wire.RunEnd] = asyncio.Queue()
+        self.window = window
+        self._grant = grant
+        self.outstanding = 0  # characters received and not yet released
+        self._taken = 0  # characters taken by the reader and not yet released
+        self._unreturned = 0  # released characters not yet granted back to the Node
+        self.held = False  # the reader waits for its client to read (R-IN-5)
 
     @property
     def finished(self) -> bool:
         return self.end is not None
 
-    def feed(self, data: str) -> None:
+    def feed(self, data: str) -> bool:
+        """Queue output; False when it exceeds the Node's window (a protocol violation)."""
         if self.end is None:
+            if self.window and self.outstanding + len(data) > self.window:
+                return False
+            self.outstanding += len(data)
             self._queue.put_nowait(data)
+        return True
+
+    def hold(self) -> None:
+        """What was taken is written but its client has not read it yet."""
+        self.held = True
+
+    def release(self) -> None:
+        """Everything taken so far has left the Edge: return it to the Node as credit."""
+        self.held = False
+        chars, self._taken = self._taken, 0
+        self.outstanding -= chars
+        if self._grant is None or self.end is not None or not chars:
+            return
+        self._unreturned += chars
+        if self._unreturned * 4 >= self.window:
+            returned, self._unreturned = self._unreturned, 0
+            self._grant(returned)
 
     def finish(self, end: wire.RunEnd) -> bool:
         if self.end is not None:
@@ -57,10 +97,15 @@ class RunChannel:
         )
 
     async def get(self) -> str | wire.RunEnd:
-        return await self._queue.get()
+        return self._took(await self._queue.get())
 
     def get_nowait(self) -> str | wire.RunEnd | None:
         try:
-            return self._queue.get_nowait()
+            return self._took(self._queue.get_nowait())
         except asyncio.QueueEmpty:
             return None
+
+    def _took(self, item: str | wire.RunEnd) -> str | wire.RunEnd:
+        if isinstance(item, str):
+            self._taken += len(item)
+        return item

@@ -16,7 +16,9 @@ PROTOCOL_VERSION = 1
 # The Anthropic Messages API version the anthropic_messages driver sends (R-XLATE-3).
 ANTHROPIC_VERSION = "2023-06-01"
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # both sides configure their websocket with this limit
-MAX_EVENT_DATA_CHARS = 512 * 1024  # a run_event larger than this is split by the sender
+MAX_EVENT_DATA_CHARS = 512 * 1024  # a run_event or run_body_part larger than this is split
+SPLIT_BODY_BYTES = 1024 * 1024  # a run body larger than this travels in run_body_part messages
+MAX_BODY_CHARS = 64 * 1024 * 1024  # the Node reassembles at most this much body (R-IN-2)
 NODE_ID_HEADER = "x-iop-node-id"  # plus "authorization: Bearer <token>" on the upgrade request
 
 # Close codes used after accept (4xxx: application-defined).
@@ -197,20 +199,35 @@ class RegisterResponse(_Msg, tag="register_response"):
     heartbeat_timeout_s: float = 45.0
 
 
+class RunBodyPart(_Msg, tag="run_body_part"):
+    """One piece of a run body larger than ``SPLIT_BODY_BYTES`` (R-IN-2): sent in order just
+    before its run_request / tunnel_request, which then says how many pieces there were
+    (``body_parts``) and carries ``null`` as its ``body``."""
+
+    run_id: str
+    data: str
+
+
 class RunRequest(_Msg, tag="run_request"):
     """Normalized execution (ollama, cli): ``body`` is an OpenAI chat completions request
-    whose ``model`` is already the provider's served target."""
+    whose ``model`` is already the provider's served target.
+
+    ``credit`` > 0 turns on flow control (R-IN-5): the Node sends at most that many
+    characters of run_event data before a ``credit`` message allows more."""
 
     run_id: str
     provider_id: str
     operation: str
     stream: bool
     body: msgspec.Raw
+    body_parts: int = 0
+    credit: int = 0
 
 
 class TunnelRequest(_Msg, tag="tunnel_request"):
     """Passthrough (openai_compat): ``body`` goes upstream as is, to the provider's URL for
-    ``operation``. ``forward_headers`` carries a legacy caller provider token (R-AUTH-2)."""
+    ``operation``. ``forward_headers`` carries a legacy caller provider token (R-AUTH-2).
+    ``body_parts`` and ``credit`` as in ``RunRequest``."""
 
     run_id: str
     provider_id: str
@@ -218,6 +235,16 @@ class TunnelRequest(_Msg, tag="tunnel_request"):
     stream: bool
     body: msgspec.Raw
     forward_headers: dict[str, str] = {}
+    body_parts: int = 0
+    credit: int = 0
+
+
+class Credit(_Msg, tag="credit"):
+    """The Edge has relayed ``chars`` more characters of a run's output: the Node may send
+    that many more (R-IN-5)."""
+
+    run_id: str
+    chars: int
 
 
 class Cancel(_Msg, tag="cancel"):
@@ -238,8 +265,10 @@ class ErrorMessage(_Msg, tag="error"):
 NodeToEdge = Register | Ready | RunEvent | RunEnd | ProbeResult | ConfigRefreshAck | Ping | Pong
 EdgeToNode = (
     RegisterResponse
+    | RunBodyPart
     | RunRequest
     | TunnelRequest
+    | Credit
     | Cancel
     | ConfigRefresh
     | Ping
@@ -250,6 +279,11 @@ EdgeToNode = (
 _encoder = msgspec.json.Encoder()
 _from_node = msgspec.json.Decoder(NodeToEdge)
 _from_edge = msgspec.json.Decoder(EdgeToNode)
+
+
+def split(data: str, size: int = MAX_EVENT_DATA_CHARS) -> list[str]:
+    """Pieces of at most ``size`` characters, in order (never splits a character)."""
+    return [data[i : i + size] for i in range(0, len(data), size)] or [""]
 
 
 def encode(message: _Msg) -> bytes:

@@ -1,5 +1,10 @@
 """Per-run output: the first chunk goes out at once; chunks that arrive while a send is
-in progress are coalesced into the next run_event (docs/performance.md: fewer, fuller frames)."""
+in progress are coalesced into the next run_event (docs/performance.md: fewer, fuller frames).
+
+With flow control (``credit`` > 0, R-IN-5) a run sends at most its credit in characters
+and waits for the Edge's ``credit`` messages for more; meanwhile ``emit`` blocks once
+``MAX_BUFFERED_CHARS`` are queued, so the adapter stops reading its upstream.
+"""
 
 from __future__ import annotations
 
@@ -15,15 +20,10 @@ SendMessage = Callable[[wire.NodeToEdge], Awaitable[None]]
 MAX_BUFFERED_CHARS = 4 * wire.MAX_EVENT_DATA_CHARS  # above this, emit waits (backpressure)
 
 
-def split(data: str, size: int = wire.MAX_EVENT_DATA_CHARS) -> list[str]:
-    """Pieces of at most ``size`` characters, in order."""
-    return [data[i : i + size] for i in range(0, len(data), size)] or [""]
-
-
 class RunOutput:
     """Buffers one run's output and sends it as run_event frames, in order."""
 
-    def __init__(self, run_id: str, send: SendMessage) -> None:
+    def __init__(self, run_id: str, send: SendMessage, credit: int = 0) -> None:
         self.run_id = run_id
         self._send = send
         self._parts: list[str] = []
@@ -31,7 +31,9 @@ class RunOutput:
         self._flusher: asyncio.Task[None] | None = None
         self._room = asyncio.Event()
         self._room.set()
-        self.broken = False  # the connection failed; output is dropped from here on
+        self._credit: int | None = credit if credit > 0 else None
+        self._credited = asyncio.Event()
+        self.broken = False  # the connection failed or the run was dropped: output is dropped
         self.frames = 0
         self.emitted = False  # any output was handed over: a failure is after the first byte
 
@@ -48,27 +50,52 @@ class RunOutput:
             self._room.clear()
             await self._room.wait()
 
+    def grant(self, chars: int) -> None:
+        """The Edge relayed ``chars`` more characters: that much more may be sent."""
+        if self._credit is not None and chars > 0:
+            self._credit += chars
+            self._credited.set()
+
     async def _flush(self) -> None:
         try:
-            while self._parts:
+            while self._parts and not self.broken:
                 data = "".join(self._parts)
                 self._parts.clear()
                 self._size = 0
                 self._room.set()
-                for piece in split(data):
-                    await self._send(wire.RunEvent(run_id=self.run_id, data=piece))
-                    self.frames += 1
+                await self._send_data(data)
         except Exception as exc:  # connection gone: the client loop cancels the run
             log.debug("run %s: output dropped (%s)", self.run_id, type(exc).__name__)
-            self.broken = True
-            self._parts.clear()
-            self._room.set()
+            self.discard()
+
+    async def _send_data(self, data: str) -> None:
+        start = 0
+        while start < len(data):
+            size = wire.MAX_EVENT_DATA_CHARS
+            if self._credit is not None:
+                while self._credit <= 0 and not self.broken:
+                    self._credited.clear()
+                    await self._credited.wait()
+                if self.broken:
+                    return
+                size = min(size, self._credit)
+                self._credit -= min(size, len(data) - start)
+            piece = data[start : start + size]
+            await self._send(wire.RunEvent(run_id=self.run_id, data=piece))
+            self.frames += 1
+            start += size
+
+    def discard(self) -> None:
+        """Drop everything queued and stop sending (the run is over for the Edge)."""
+        self.broken = True
+        self._parts.clear()
+        self._size = 0
+        self._room.set()
+        self._credited.set()
 
     async def drain(self, *, discard: bool = False) -> None:
         """Wait until everything queued is sent (or dropped, with ``discard``)."""
         if discard:
-            self._parts.clear()
-            self._size = 0
-            self._room.set()
+            self.discard()
         if self._flusher is not None:
             await self._flusher

@@ -24,12 +24,58 @@ _END_MESSAGES = {
 }
 
 
+MAX_PENDING_BODIES = 64  # runs whose body is still arriving in parts, per connection
+
+
 @dataclass(eq=False)
 class _Run:
     run_id: str
     end_code: str = "cancelled"
     task: asyncio.Task[None] | None = None
     adapter_task: asyncio.Task[wire.Usage | None] | None = field(default=None, repr=False)
+    out: RunOutput | None = field(default=None, repr=False)
+
+
+class _Bodies:
+    """Run bodies arriving in parts (R-IN-2), bounded in count and characters."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list[str]] = {}
+        self.chars: dict[str, int] = {}
+        self.refused: set[str] = set()
+
+    def add(self, part: wire.RunBodyPart) -> None:
+        run_id = part.run_id
+        if run_id in self.refused:
+            return
+        if run_id not in self.parts and len(self.parts) >= MAX_PENDING_BODIES:
+            self._refuse(run_id, "too many bodies arriving at once")
+            return
+        size = self.chars.get(run_id, 0) + len(part.data)
+        if size > wire.MAX_BODY_CHARS:
+            self._refuse(run_id, f"body larger than {wire.MAX_BODY_CHARS} characters")
+            return
+        self.parts.setdefault(run_id, []).append(part.data)
+        self.chars[run_id] = size
+
+    def take(self, run_id: str, count: int) -> bytes | None:
+        """The whole body, or None when it was refused or is not complete."""
+        parts = self.parts.pop(run_id, [])
+        self.chars.pop(run_id, None)
+        if run_id in self.refused or len(parts) != count:
+            self.refused.discard(run_id)
+            return None
+        return "".join(parts).encode()
+
+    def drop(self, run_id: str) -> None:
+        self.parts.pop(run_id, None)
+        self.chars.pop(run_id, None)
+        self.refused.discard(run_id)
+
+    def _refuse(self, run_id: str, reason: str) -> None:
+        log.warning("run %s: %s; the run will be refused", run_id, reason)
+        self.drop(run_id)
+        self.refused.add(run_id)
 
 
 class Router:
@@ -39,14 +85,22 @@ class Router:
         self.registries = registries
         self._send = send
         self.runs: dict[str, _Run] = {}
+        self.bodies = _Bodies()
         self.accepting = True
         self.prober = Prober(send)  # R-HEALTH-3: follows the current registry
 
     async def handle(self, message: wire.EdgeToNode) -> None:
         """Handle one message quickly; runs continue in their own tasks."""
-        if isinstance(message, wire.RunRequest | wire.TunnelRequest):
+        if isinstance(message, wire.RunBodyPart):
+            self.bodies.add(message)
+        elif isinstance(message, wire.Credit):
+            run = self.runs.get(message.run_id)
+            if run is not None and run.out is not None:
+                run.out.grant(message.chars)
+        elif isinstance(message, wire.RunRequest | wire.TunnelRequest):
             await self._start(message)
         elif isinstance(message, wire.Cancel):
+            self.bodies.drop(message.run_id)
             self.cancel(message.run_id, "cancelled")
         elif isinstance(message, wire.ConfigRefresh):
             await self._refresh(message.payload)
@@ -61,6 +115,13 @@ class Router:
 
     async def _start(self, message: wire.RunRequest | wire.TunnelRequest) -> None:
         run_id = message.run_id
+        body = bytes(message.body)
+        if message.body_parts:
+            joined = self.bodies.take(run_id, message.body_parts)
+            if joined is None:
+                await self._end(run_id, wire.RunError("bad_request", "the run body is incomplete"))
+                return
+            body = joined
         if run_id in self.runs:
             log.warning("run %s is already running; duplicate request ignored", run_id)
             return
@@ -84,12 +145,12 @@ class Router:
             run_id=run_id,
             operation=message.operation,
             stream=message.stream,
-            body=bytes(message.body),
+            body=body,
             forward_headers=forward,
         )
-        run = _Run(run_id)
+        out = RunOutput(run_id, self._send, credit=message.credit)
+        run = _Run(run_id, out=out)
         self.runs[run_id] = run
-        out = RunOutput(run_id, self._send)
         # The run stays on the registry it started with, even after a swap (R-NODE-5);
         # counted from now until the adapter task is done, however it ends.
         registry.begin_run()
@@ -139,6 +200,8 @@ class Router:
         if run is None or run.adapter_task is None:
             return False
         run.end_code = code
+        if run.adapter_task.done() and run.out is not None:
+            run.out.discard()  # the upstream is done; its output waits for credit: drop it
         return run.adapter_task.cancel()
 
     async def _refresh(self, payload: wire.NodePayload) -> None:

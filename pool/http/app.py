@@ -22,7 +22,7 @@ from pool.http.limits import RateLimited, Ticket, TokenLimiter
 from pool.http.metrics import metrics_response, scrape_allowed
 from pool.http.operations import ENDPOINTS, Endpoint, ParsedRequest, Target, parse_request
 from pool.http.plane import DataPlane
-from pool.http.relay import DisconnectWatch, Exchange
+from pool.http.relay import WRITE_FLOW, DisconnectWatch, Exchange
 from pool.http.tables import Tables
 from pool.metering import RequestRecord
 from pool.translate.plan import translated_needs
@@ -69,7 +69,7 @@ class OpenAIApp:
             if endpoint is not None
             else (models and b"anthropic-version" in headers)
         )
-        ex = Exchange(send, anthropic)
+        ex = Exchange(send, anthropic, scope.get("extensions", {}).get(WRITE_FLOW))
         meta = _Meta(endpoint.operation if endpoint else ("models" if models else "unknown"))
         started = time.perf_counter()
         try:
@@ -134,6 +134,7 @@ class OpenAIApp:
                 self.runtime,
                 request,
                 long=long,
+                window=tables.stream_buffer_bytes,
                 forward_headers=forward,
                 target_of=self.target,
                 ex=ex,

@@ -45,6 +45,7 @@ async def dispatch(
     request: ParsedRequest,
     *,
     long: bool,
+    window: int,
     forward_headers: tuple[tuple[str, str], ...],
     target_of: TargetOf,
     ex: Exchange,
@@ -54,7 +55,7 @@ async def dispatch(
     """Admit ``request`` to the pool, run it on the leased provider and relay the answer.
 
     ``owner`` (the caller's token) holds at most ``max_queued`` waiters (R-PRIN-3), a retry
-    too.
+    too; the Node holds output past ``window`` characters not yet relayed (R-IN-5).
     """
     pool: ProviderPool = runtime.pool
     snapshot = runtime.snapshot
@@ -69,7 +70,9 @@ async def dispatch(
     except PoolError as exc:
         raise from_pool_error(exc) from None
     while True:
-        failed, verdict = await _attempt(runtime, lease, request, forward_headers, target_of, ex)
+        failed, verdict = await _attempt(
+            runtime, lease, request, forward_headers, target_of, ex, window
+        )
         if failed is None:
             return
         ex.reached = verdict.reached
@@ -102,6 +105,7 @@ async def _attempt(
     forward_headers: tuple[tuple[str, str], ...],
     target_of: TargetOf,
     ex: Exchange,
+    window: int,
 ) -> tuple[RunFailed | None, Verdict]:
     """Run once on ``lease``; the failure (not raised) when another provider may try."""
     pool: ProviderPool = runtime.pool
@@ -127,7 +131,7 @@ async def _attempt(
             forward_headers=forward_headers if target.tunnel else (),
         )
         try:
-            channel = await runtime.hub.open_run(lease, spec)
+            channel = await runtime.hub.open_run(lease, spec, window)
         except NodeUnavailable:
             verdict = NODE_NOT_CONNECTED
             message = "the provider's node is not connected"

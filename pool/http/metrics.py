@@ -73,6 +73,18 @@ class PoolCollector(Collector):
             "iop_queue_oldest_wait_seconds", "Wait so far of the oldest queued request.",
             value=oldest_ms / 1000.0,
         )  # fmt: skip
+        total, largest, held = self._runtime.hub.relay_buffered()
+        yield GaugeMetricFamily(
+            "iop_relay_buffered_bytes",
+            "Run output received from Nodes and not yet taken by client sockets (R-IN-5).",
+            value=total,
+        )
+        yield GaugeMetricFamily(
+            "iop_relay_buffered_bytes_max", "The largest such buffer of one run.", value=largest
+        )
+        yield GaugeMetricFamily(
+            "iop_relay_held_streams", "Streams waiting for their client to read.", value=held
+        )
         yield GaugeMetricFamily(
             "iop_edge_start_time_seconds", "When this Edge process started (epoch seconds).",
             value=self._runtime.started_at,

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from edgekit.http import Receive, Send
 from nodes import wire
+from pool.http.body import ClientGone
 from pool.http.errors import HttpError, error_json, from_run_error, stream_error_event
 
 
@@ -29,12 +30,27 @@ class RunSource(Protocol):
 
     async def get(self) -> str | wire.RunEnd: ...
 
+    def hold(self) -> None:
+        """What was taken is written but the client has not read it yet (R-IN-5)."""
+
+    def release(self) -> None:
+        """Everything taken so far is off the Edge: the Node may send that much more."""
+
 
 PING_INTERVAL_S = 15.0  # an idle stream gets an SSE comment so a dead peer surfaces
 PING = b": ping\n\n"
 JSON_HEADERS = [(b"content-type", b"application/json")]
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 CLIENT_CLOSED = 499  # metered status of a request whose client went away
+WRITE_FLOW = "iop.write_flow"  # scope["extensions"] key: the client socket's WriteFlow
+
+
+class WriteFlow(Protocol):
+    """Whether the client's socket takes more output (docs/architecture.md, R-IN-5)."""
+
+    paused: bool
+
+    async def writable(self, timeout_s: float) -> bool: ...
 
 
 class Exchange:
@@ -45,6 +61,7 @@ class Exchange:
         "code",
         "done",
         "extra_headers",
+        "flow",
         "output_bytes",
         "provider_id",
         "reached",
@@ -55,9 +72,10 @@ class Exchange:
         "usage",
     )
 
-    def __init__(self, send: Send, anthropic: bool) -> None:
+    def __init__(self, send: Send, anthropic: bool, flow: WriteFlow | None = None) -> None:
         self.send = send
         self.anthropic = anthropic
+        self.flow = flow
         self.started = False  # response headers sent
         self.done = False  # final body chunk sent
         self.stream = False
@@ -113,6 +131,13 @@ class Exchange:
             self.done = True
         await self.send({"type": "http.response.body", "body": body, "more_body": more})
 
+    async def drained(self, timeout_s: float) -> None:
+        """Wait until the client's socket has taken what was written (R-IN-5); a client
+        that reads nothing for ``timeout_s`` is treated as gone."""
+        flow = self.flow
+        if flow is not None and flow.paused and not await flow.writable(timeout_s):
+            raise ClientGone
+
 
 MAX_WHOLE_BODY_CHARS = 64 * 1024 * 1024  # a non-stream answer is buffered: bound it
 
@@ -128,6 +153,7 @@ async def relay_whole(channel: RunSource, ex: Exchange, silence_s: float = 600.0
             if size > MAX_WHOLE_BODY_CHARS:
                 raise HttpError("upstream_error", "the upstream's response is too large")
             parts.append(item)
+            channel.release()  # held here, bounded by MAX_WHOLE_BODY_CHARS
             continue
         ex.usage = item.usage
         if not item.ok:
@@ -167,6 +193,9 @@ async def relay_stream(
         if end is None:
             await ex.open_stream()
             await ex.chunk(body, True)
+            channel.hold()
+            await ex.drained(silence_s)  # R-IN-5: no more from the Node until the client reads
+            channel.release()
             item = await _next(channel, ex, ping_s, silence_s)
             continue
         ex.usage = end.usage

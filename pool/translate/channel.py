@@ -58,7 +58,28 @@ class TranslatedChannel:
             self._take(await self._src.get())
         return self._out.popleft()
 
+    @property
+    def run_id(self) -> str:
+        return self._src.run_id
+
+    @property
+    def node_id(self) -> str:
+        return self._src.node_id
+
+    def hold(self) -> None:
+        self._src.hold()
+
+    def release(self) -> None:
+        self._src.release()
+
     def _take(self, item: str | wire.RunEnd) -> None:
+        """Translate one item; input that gave no output yet is held by the translator, not
+        by a client, so it is released at once (R-IN-5: the Node keeps sending)."""
+        self._translate(item)
+        if not self._out:
+            self._src.release()
+
+    def _translate(self, item: str | wire.RunEnd) -> None:
         if self._ended:
             return
         try:

@@ -71,6 +71,8 @@ class FakeNode:
         self.runs: list[Any] = []
         self.frames: list[bytes] = []
         self.cancelled: list[str] = []
+        self.body_parts: dict[str, list[str]] = {}
+        self.credits: list[wire.Credit] = []
         self.cancel_seen = asyncio.Event()
         self.run_seen = asyncio.Event()
         self.script: Script = answer_ok
@@ -97,7 +99,15 @@ class FakeNode:
         msg = wire.decode_from_edge(frame)
         if isinstance(msg, wire.RegisterResponse):
             self._register = msg
+        elif isinstance(msg, wire.RunBodyPart):
+            self.body_parts.setdefault(msg.run_id, []).append(msg.data)
+        elif isinstance(msg, wire.Credit):
+            self.credits.append(msg)
         elif isinstance(msg, wire.TunnelRequest | wire.RunRequest):
+            if msg.body_parts:  # R-IN-2: the body came first, in parts
+                parts = self.body_parts.pop(msg.run_id)
+                assert len(parts) == msg.body_parts
+                msg.body = msgspec.Raw("".join(parts).encode())
             self.runs.append(msg)
             self.run_seen.set()
             task = asyncio.ensure_future(self.script(self, msg))
