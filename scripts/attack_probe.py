@@ -69,7 +69,7 @@ class Sampler:
                 return
 
     def __enter__(self) -> Sampler:
-        self.before_rss = self.rss()
+        self.before_rss = self.peak_rss = self.rss()
         self._thread.start()
         return self
 
@@ -258,8 +258,7 @@ def slow_reader(stack: Stack, stream_mib: int = 32, stall_s: float = 10.0) -> di
     body = json.dumps(
         {"model": "gpt-test", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
     )
-    with connect(stack.ports["openai"], timeout=120) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    with connect(stack.ports["openai"], timeout=30) as sock:
         sock.sendall(
             (
                 f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {stack.token}\r\n"
@@ -270,8 +269,9 @@ def slow_reader(stack: Stack, stream_mib: int = 32, stall_s: float = 10.0) -> di
         while time.monotonic() < deadline:
             time.sleep(0.2)  # the attack itself: not reading
         upstream_sent = sum(len(r.response) for r in up.requests)
-        received, ending = 0, "complete"
-        while True:
+        received, ending, tail = 0, "unfinished after 60 s", b""
+        read_until = time.monotonic() + 60
+        while time.monotonic() < read_until:
             try:
                 data = sock.recv(MIB)
             except OSError as exc:
@@ -281,7 +281,9 @@ def slow_reader(stack: Stack, stream_mib: int = 32, stall_s: float = 10.0) -> di
             if not data:
                 ending = "closed early"
                 break
-            if data.endswith(b"0\r\n\r\n"):
+            tail = (tail + data)[-16:]
+            if tail.endswith(b"\r\n0\r\n\r\n"):
+                ending = "complete"
                 break
     stack.upstream().call(_set(up, "reply_text", "Hello from the fake upstream."))
     return {
