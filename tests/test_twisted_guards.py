@@ -92,3 +92,9 @@ def test_r_in_5_the_transport_pausing_the_channel_pauses_the_write_flow() -> Non
     assert flow.paused and channel._waitingForTransport
     channel.resumeProducing()
     assert not flow.paused
+
+
+def test_r_in_1_http2_is_not_offered_so_every_connection_gets_the_guarded_channel() -> None:
+    """R-IN-1: with the ``h2`` package Twisted would negotiate HTTP/2 over TLS and bypass
+    ``GuardedChannel``; installing it needs guards for that path first."""
+    assert not http.H2_ENABLED
