@@ -13,8 +13,8 @@ from nodes import wire
 from nodes.agent.router import MAX_PENDING_BODIES, _Bodies
 from tests.fakes import FakeOpenAI
 from tests.fakes.edge import EdgeConn, FakeEdge, RunLog
-from tests.fakes.harness import running_node
-from tests.fakes.payloads import chat_body, node_payload, openai_provider
+from tests.support.node_agent import running_node
+from tests.support.payloads import chat_body, node_payload, openai_provider
 
 
 @pytest.fixture

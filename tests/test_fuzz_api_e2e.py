@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pool.http.errors import ERRORS
-from tests.harness import Stack, messages_profile
+from tests.support import Stack, messages_profile
 
 pytestmark = pytest.mark.slow
 

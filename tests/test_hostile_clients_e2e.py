@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.harness import Stack
+from tests.support import Stack
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,7 @@ import pytest
 
 from pool.http.app import OpenAIApp
 from pool.http.operations import BINARY_PART_TOKENS, estimate_tokens
-from tests.harness.inprocess import FakeNode, Runtime
-from tests.test_http_app import api, chat, document
+from tests.support.inprocess import FakeNode, Runtime, api, chat, document
 
 MIB = 1024 * 1024
 

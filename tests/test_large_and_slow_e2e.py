@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.harness import Stack
+from tests.support import Stack
 
 pytestmark = pytest.mark.slow
 

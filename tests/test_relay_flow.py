@@ -10,11 +10,10 @@ from typing import Any
 import pytest
 
 from nodes import wire
-from nodes.runs import RunChannel, RunSpec
+from nodes.runs import RunChannel, RunOrder
 from pool.http.body import ClientGone
 from pool.http.relay import Exchange, relay_stream
-from tests.harness.inprocess import FakeNode, Runtime, until
-from tests.test_http_app import document
+from tests.support.inprocess import FakeNode, Runtime, document, until
 
 
 class Flow:
@@ -82,7 +81,7 @@ async def test_r_in_5_a_node_that_sends_past_its_window_loses_the_run() -> None:
 
     node.script = flood
     lease = await runtime.pool.acquire("gpt", frozenset({"chat"}))
-    spec = RunSpec(True, "chat_completions", True, b'{"model":"served-gpt"}')
+    spec = RunOrder(True, "chat_completions", True, b'{"model":"served-gpt"}')
     channel = await runtime.hub.open_run(lease, spec, window=100)
     assert node.runs[0].credit == 100
     async with asyncio.timeout(5):

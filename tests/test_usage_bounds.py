@@ -15,7 +15,7 @@ from nodes.tokens import MAX_TOKENS, token_figure
 from nodes.wire import Usage
 from pool.metering import UsageMeter
 from pool.models import UsageBucket
-from tests.metering_support import record_factory
+from tests.support.metering import record_factory
 
 HOUR_0 = 1_759_996_800
 
