@@ -16,6 +16,7 @@ from nodes.wire import Usage
 from pool.metering import UsageMeter
 from pool.models import UsageBucket
 from tests.support.metering import record_factory
+from tests.support.processes import EDGE_YAML
 
 HOUR_0 = 1_759_996_800
 
@@ -61,24 +62,6 @@ def test_r_in_6_a_non_numeric_ollama_count_does_not_fail_the_run() -> None:
     assert _usage({"prompt_eval_count": "many", "eval_count": 4}) == Usage(0, 4)
 
 
-CONFIG = """
-edge: {id: edge-test, listen: 127.0.0.1:17700}
-admin: {listen: 127.0.0.1:17701}
-openai:
-  listen: 127.0.0.1:18080
-  principal_tokens:
-    - {token_ref: app-notebook, principal_ref: team-research,
-       token_hash_sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}
-nodes:
-  - id: node-a
-    token_hash_sha256: 2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae
-    providers:
-      - {id: vllm-local, profile: openai, base_url: "http://127.0.0.1:8000/v1", capacity: 2}
-models:
-  - id: qwen-local
-    providers: {vllm-local: Qwen/Qwen2.5-7B-Instruct}
-"""
-
 record = record_factory(duration_s=0.1, stream=False)
 
 
@@ -88,7 +71,7 @@ async def test_r_in_6_a_huge_figure_reaching_the_meter_does_not_stop_the_ledger(
     batch and every later one are written."""
     from asgiref.sync import sync_to_async
 
-    active = load_snapshot(yaml.safe_load(CONFIG))
+    active = load_snapshot(yaml.safe_load(EDGE_YAML.read_text()))  # has qwen-local, app-notebook
     meter = UsageMeter(lambda: active, flush_interval_s=60.0, retention_days=0,
                        clock=lambda: HOUR_0 + 60.0)  # fmt: skip
     meter.record(record(input_tokens=2**63, output_tokens=5))
