@@ -58,14 +58,6 @@ class TranslatedChannel:
             self._take(await self._src.get())
         return self._out.popleft()
 
-    @property
-    def run_id(self) -> str:
-        return self._src.run_id
-
-    @property
-    def node_id(self) -> str:
-        return self._src.node_id
-
     def hold(self) -> None:
         self._src.hold()
 
