@@ -31,6 +31,6 @@ class ControlApp:
         elif path == "/metrics" and method == "GET":
             await metrics_response(self.runtime, send)
         elif path == "/pool" and method == "GET":
-            await send_json(send, 200, self.runtime.pool_status())
+            await send_json(send, 200, self.runtime.pool_status() | self.runtime.relay_status())
         else:
             await send_json(send, 404, error_body("not_found", "not found"))

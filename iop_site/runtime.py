@@ -61,11 +61,13 @@ class EdgeRuntime:
         return self._snapshot
 
     def pool_status(self) -> dict[str, Any]:
-        """The pool snapshot as a dict (R-POOL-8) with the relay's buffered output (R-IN-5);
-        call it on the loop that owns the pool."""
+        """The pool snapshot as a dict (R-POOL-8); call it on the loop that owns the pool."""
+        return self.pool.snapshot().as_dict()
+
+    def relay_status(self) -> dict[str, int]:
+        """Run output received from Nodes and not yet taken by clients (R-IN-5)."""
         total, largest, held = self.hub.relay_buffered()
         return {
-            **self.pool.snapshot().as_dict(),
             "relay_buffered_bytes": total,
             "relay_buffered_bytes_max": largest,
             "relay_held_streams": held,
