@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path.cwd()))
 
-from tests.harness import Stack
+from tests.support import Stack
 
 MIB = 1024 * 1024
 CHAT = "/v1/chat/completions"
