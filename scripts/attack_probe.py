@@ -3,7 +3,7 @@ and the Edge's RSS and temp-file bytes around each attack (docs/http-api.md, R-I
 
     .venv/bin/python scripts/attack_probe.py [--only NAME ...]
 
-Run from a checkout's root (its ``tests.harness`` starts the stack). Every attack is bounded
+Run from a checkout's root (its ``tests.support`` starts the stack). Every attack is bounded
 in bytes, connections and seconds; all traffic stays on 127.0.0.1. Prints one JSON line per
 attack.
 """
