@@ -92,7 +92,7 @@ def test_r_in_5_a_client_that_stops_reading_holds_one_window_and_slows_the_run(
             ).encode()
         )
         # The client's socket is full, the relay waits for it, and the Node has spent its
-        # whole credit: the Edge holds exactly one window and takes nothing more.
+        # whole credit: the Edge holds one window and the upstream is held back mid-stream.
         stack.wait_until(
             lambda snap: (
                 snap["relay_held_streams"] == 1 and snap["relay_buffered_bytes_max"] == WINDOW
@@ -101,8 +101,11 @@ def test_r_in_5_a_client_that_stops_reading_holds_one_window_and_slows_the_run(
             "a held stream with one full window",
         )
         written = sum(len(r.response) for r in upstream.server.requests)
-        assert written < len(word) * words  # the upstream was held back mid-stream
-        assert _buffered(stack) == (WINDOW, WINDOW, 1)  # and the Edge buffer did not grow
+        assert written < len(word) * words
+        # However the kernel's socket buffers drain and refill meanwhile, the Edge's own
+        # buffer never passes the window while the client reads nothing.
+        samples = [_buffered(stack) for _ in range(50)]
+        assert max(total for total, _, _ in samples) <= WINDOW
         received = _read_to_end(sock)
     finally:
         sock.close()
