@@ -3,6 +3,7 @@ with the runtime (docs/metering.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import time
 
@@ -12,7 +13,6 @@ from catalog.config import load_snapshot
 from iop_site.runtime import EdgeRuntime
 from nodes.heap import settle_heap
 from pool.http.metrics import render_metrics
-from tests.support.inprocess import until
 
 INTERVAL_S = 0.2
 BLOCK_S = 0.6  # held for longer than one interval, so a tick falls due inside the hold
@@ -32,6 +32,16 @@ def scrape(runtime: EdgeRuntime) -> dict[str, dict[tuple[tuple[str, str], ...], 
     return out
 
 
+async def tick_after(runtime: EdgeRuntime, seen: int) -> None:
+    """Wait (bounded) for the sampler's next tick: a timer event, so poll the loop's clock,
+    not a count of loop turns, which a fast machine exhausts before the timer is due."""
+    for _ in range(1000):  # at most 1000 * INTERVAL_S / 10 = 20 s
+        if runtime.loop_lag.samples > seen:
+            return
+        await asyncio.sleep(INTERVAL_S / 10)
+    raise AssertionError("the loop-lag sampler did not tick")
+
+
 def bucket(metrics: dict, le: str) -> float:
     return metrics["iop_event_loop_lag_sample_seconds_bucket"][(("le", le),)]
 
@@ -40,12 +50,12 @@ async def test_the_loop_lag_gauge_rises_past_the_time_the_loop_was_held() -> Non
     runtime = EdgeRuntime(load_snapshot(SNAPSHOT), loop_lag_interval_s=INTERVAL_S)
     runtime.start()
     try:
-        await until(lambda: runtime.loop_lag.samples >= 1)
+        await tick_after(runtime, 0)
         before = scrape(runtime)
         seen = runtime.loop_lag.samples
 
         time.sleep(BLOCK_S)  # hold the loop on purpose  # noqa: ASYNC251
-        await until(lambda: runtime.loop_lag.samples > seen)
+        await tick_after(runtime, seen)
         after = scrape(runtime)
     finally:
         await runtime.aclose()
