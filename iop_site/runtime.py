@@ -19,6 +19,7 @@ from edgekit.running import ApplyOutcome
 from iop_site.health import HealthWatch
 from nodes.hub import NodeHub
 from pool.engine import ProviderPool
+from pool.gate.counters import GateCounts
 from pool.metering import UsageMeter
 from pool.policy import policy_from_snapshot
 
@@ -50,6 +51,7 @@ class EdgeRuntime:
         self.draining = False  # set on shutdown: no new request is admitted
         self.meter = UsageMeter(lambda: self._snapshot)
         self.loop_lag = LoopLagSampler(loop_lag_interval_s)
+        self.gate = GateCounts()  # Stream Evidence Gate outcomes (R-SEG-6)
 
     def start(self) -> None:
         """Start what runs beside the requests (the loop-lag sampler); idempotent, call it
@@ -62,7 +64,9 @@ class EdgeRuntime:
 
     def pool_status(self) -> dict[str, Any]:
         """The pool snapshot as a dict (R-POOL-8); call it on the loop that owns the pool."""
-        return self.pool.snapshot().as_dict()
+        status = self.pool.snapshot().as_dict()
+        status["gate"] = self.gate.by_provider()  # Stream Evidence Gate counts (R-SEG-6)
+        return status
 
     def relay_status(self) -> dict[str, int]:
         """Run output received from Nodes and not yet taken by clients (R-IN-5)."""

@@ -23,6 +23,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from edgekit.running import get_runtime
+from pool.gate.counters import OUTCOMES
 
 # Most to least urgent; the summary line lists counts in this order.
 STATES = ("ejected", "probing", "saturated", "busy", "idle", "disabled", "unavailable", "offline")
@@ -85,16 +86,25 @@ def health_text(row: Mapping[str, Any]) -> str:
     return "-"
 
 
-def _row(row: Mapping[str, Any]) -> dict[str, Any]:
+def _row(row: Mapping[str, Any], gate: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
     capacity, in_flight = row["capacity"], row["in_flight"]
     load = min(100, round(100 * in_flight / capacity)) if capacity > 0 else 0
-    return {**row, "state": provider_state(row), "load_pct": load, "health_text": health_text(row)}
+    counts = gate.get(row["provider_id"], {})
+    # Stream Evidence Gate: fired / recovered / exhausted / observed (R-SEG-6, R-SEG-8)
+    gate_text = " / ".join(str(counts.get(outcome, 0)) for outcome in OUTCOMES)
+    return {
+        **row,
+        "state": provider_state(row),
+        "load_pct": load,
+        "health_text": health_text(row),
+        "gate": gate_text,
+    }
 
 
 def status_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
     """The snapshot with ``state`` and ``load_pct`` per provider, sorted by node then provider."""
     rows = sorted(
-        (_row(row) for row in snapshot["providers"]),
+        (_row(row, snapshot.get("gate", {})) for row in snapshot["providers"]),
         key=lambda row: (row["node_id"], row["provider_id"]),
     )
     counts = Counter(row["state"] for row in rows)

@@ -110,3 +110,20 @@ def test_unknown_filter_type_is_rejected_r_seg_3():
     """R-SEG-3: repeat_guard is the filter type."""
     (message,) = load_issues(_with_gate(filters=[{"type": "profanity"}]))
     assert message == "openai.stream_evidence_gate.filters[0].type: must be one of 'repeat_guard'"
+
+
+def test_enforcement_defaults_to_enforce_and_takes_observe_r_seg_8():
+    """R-SEG-8: filters[].enforcement is enforce unless set to observe."""
+    gate = load_snapshot(_with_gate(filters=[{"type": "repeat_guard"}])).stream_evidence_gate
+    assert gate.filters[0].enforcement == "enforce"
+    observe = [{"type": "repeat_guard", "enforcement": "observe"}]
+    assert load_snapshot(_with_gate(filters=observe)).stream_evidence_gate.filters[0] == (
+        StreamFilter("repeat_guard", 500, "observe")
+    )
+
+
+def test_unknown_enforcement_is_rejected_naming_the_path_r_seg_8():
+    """R-SEG-8: only enforce and observe load."""
+    issues = load_issues(_with_gate(filters=[{"type": "repeat_guard", "enforcement": "warn"}]))
+    path = "openai.stream_evidence_gate.filters[0].enforcement"
+    assert f"{path}: must be one of 'enforce' or 'observe'" in issues

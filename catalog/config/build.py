@@ -204,7 +204,9 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
             request_fault_recovery=gate.request_fault_recovery,
             strategy_caps=freeze(gate.strategy_caps.model_dump(exclude_none=True)),
             ingress_snapshot_bytes=gate.ingress_snapshot_bytes,
-            filters=tuple(StreamFilter(f.type, f.hold_evidence_runes) for f in gate.filters),
+            filters=tuple(
+                StreamFilter(f.type, f.hold_evidence_runes, f.enforcement) for f in gate.filters
+            ),
         ),
         max_queue=ctx.max_queue,
         queue_timeout_ms=ctx.queue_timeout_ms,

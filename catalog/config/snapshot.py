@@ -125,10 +125,11 @@ class ProviderAuth:
 
 @dataclass(frozen=True, slots=True)
 class StreamFilter:
-    """One Stream Evidence Gate filter (R-SEG-3)."""
+    """One Stream Evidence Gate filter (R-SEG-3, R-SEG-8)."""
 
     type: str
     hold_evidence_runes: int = 500
+    enforcement: str = "enforce"  # enforce | observe
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,7 +92,7 @@ class PoolCore(HealthLedger):
 
         ``owner`` may hold at most ``max_queued`` waiters in the one queue (R-PRIN-3); the
         queue order itself does not depend on owners. ``exclude`` names providers that
-        already failed this request (R-HEALTH-1).
+        already failed this request (R-HEALTH-1) or that a gate recovery may not take (R-SEG-6).
         """
         now = self._clock()
         if self._queue and self._timeout:

@@ -58,7 +58,8 @@ class ProviderPool:
         """Lease a provider of ``model`` able to serve ``needs``, waiting in the root queue.
 
         ``owner`` holds at most ``max_queued`` waiters at once (R-PRIN-3); ``exclude`` names
-        providers that already failed this request (R-HEALTH-1).
+        providers that already failed this request (R-HEALTH-1) or that a gate recovery may
+        not take (R-SEG-6).
         """
         outcome = self._core.admit(model, needs, long, owner, max_queued, exclude)
         if isinstance(outcome, Lease):

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 # A wait class groups waiters that share (model, needs, long, excluded providers): they have
 # the same candidates, so candidates are evaluated once per class, not once per waiter. The
-# exclusion set is empty except for a retry before the first byte (R-HEALTH-1).
+# exclusion set is empty except for a retry before the first byte (R-HEALTH-1) and a gate
+# recovery (R-SEG-6).
 ClassKey = tuple[str, frozenset[str], bool, frozenset[str]]
 
 HEALTHY, EJECTED, PROBING = "healthy", "ejected", "probing"  # R-HEALTH-2, R-HEALTH-4

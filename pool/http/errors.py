@@ -67,6 +67,9 @@ ERRORS: dict[str, Row] = {
     ),
     "internal_error": Row(500, "server_error", "api_error", "internal error"),
     "upstream_error": Row(502, "server_error", "api_error", "the upstream request failed"),
+    "repetition_detected": Row(
+        502, "server_error", "api_error", "the output kept repeating itself"
+    ),
     "queue_timeout": Row(
         503, "server_error", "overloaded_error", "timed out waiting for a free provider"
     ),
@@ -81,7 +84,11 @@ ERRORS: dict[str, Row] = {
 RETRY_AFTER_S = 1  # 429 queue_full: the queue drains as runs end; a short back-off is enough
 
 # Node run failures (wire.RunError.code) -> table code; anything else is an upstream error.
-_RUN_CODES = {"upstream_timeout": "upstream_timeout", "unknown_provider": "no_available_provider"}
+_RUN_CODES = {
+    "upstream_timeout": "upstream_timeout",
+    "unknown_provider": "no_available_provider",
+    "repetition_detected": "repetition_detected",  # the gate's exhausted recovery (R-SEG-6)
+}
 
 
 class HttpError(Exception):

@@ -85,6 +85,13 @@ class PoolCollector(Collector):
         yield GaugeMetricFamily(
             "iop_relay_held_streams", "Streams waiting for their client to read.", value=held
         )
+        gate = CounterMetricFamily(
+            "iop_gate_events", "Stream Evidence Gate outcomes per provider (R-SEG-6, R-SEG-8).",
+            labels=["provider", "outcome"],
+        )  # fmt: skip
+        for provider_id, outcome, count in self._runtime.gate.items():
+            gate.add_metric([provider_id, outcome], float(count))
+        yield gate
         yield GaugeMetricFamily(
             "iop_edge_start_time_seconds", "When this Edge process started (epoch seconds).",
             value=self._runtime.started_at,

@@ -127,6 +127,7 @@ class ParsedRequest:
     stream: bool
     needs: frozenset[str]
     input_tokens_estimate: int
+    body_bytes: int = 0  # the request body's size: the ingress snapshot's (R-SEG-6)
 
 
 def _invalid(message: str, param: str | None = None) -> HttpError:
@@ -178,6 +179,7 @@ def parse_request(endpoint: Endpoint, body: bytes) -> ParsedRequest:
         stream=stream,
         needs=needs_for(endpoint.capability, stream, uses_tools),
         input_tokens_estimate=estimate_tokens(body, data),
+        body_bytes=len(body),
     )
 
 

@@ -12,6 +12,7 @@ from catalog.config import EdgeSnapshot
 from edgekit.loop_lag import LoopLagSampler
 from nodes.hub import NodeHub
 from pool.engine import ProviderPool
+from pool.gate.counters import GateCounts
 from pool.metering import UsageMeter
 
 
@@ -36,6 +37,7 @@ class DataPlane(Protocol):
     hub: NodeHub
     meter: UsageMeter
     loop_lag: LoopLagSampler  # how late the event loop runs, for /metrics
+    gate: GateCounts  # Stream Evidence Gate outcomes per provider (R-SEG-6)
 
     @property
     def health(self) -> RetryCounter: ...

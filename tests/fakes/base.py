@@ -56,6 +56,27 @@ class Faults:
     redirect_to: str | None = None  # answer 307 with this Location
     set_cookie: str | None = None  # add this Set-Cookie to every answer
     endless_body: bytes | None = None  # send this chunk again and again (bounded below)
+    # A degenerate loop: ``loop_prefix`` then ``loop_unit`` repeated ``loop_copies`` times, sent
+    # in pieces of ``loop_piece`` code points; only the first ``loop_requests`` streamed
+    # requests loop (None: every one).
+    loop_unit: str | None = None
+    loop_prefix: str = ""
+    loop_copies: int = 60
+    loop_piece: int = 7
+    loop_requests: int | None = None
+    loops_sent: int = 0
+
+
+def loop_text(faults: Faults) -> list[str] | None:
+    """The pieces of the injected loop for this request, or None when it answers normally."""
+    if faults.loop_unit is None:
+        return None
+    if faults.loop_requests is not None and faults.loops_sent >= faults.loop_requests:
+        return None
+    faults.loops_sent += 1
+    text = faults.loop_prefix + faults.loop_unit * faults.loop_copies
+    step = max(1, faults.loop_piece)
+    return [text[i : i + step] for i in range(0, len(text), step)]
 
 
 def pieces(text: str) -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.base import FakeServer, current, pieces
+from tests.fakes.base import FakeServer, current, loop_text, pieces
 
 
 def _sse(obj: Any, event: str | None = None) -> str:
@@ -120,7 +120,8 @@ class FakeOpenAI(FakeServer):
                     chunk({"tool_calls": [{"index": 0, "function": {"arguments": part}}]})
                 )
         else:
-            chunks += [chunk({"content": p}) for p in pieces(self.reply_text)]
+            looped = loop_text(self.faults)
+            chunks += [chunk({"content": p}) for p in looped or pieces(self.reply_text)]
         if self.faults.stream_error:  # as vLLM and others report a failure mid-stream
             error = {"error": {"message": "model crashed", "type": "server_error", "code": 500}}
             return await self.stream(request, [*chunks[:2], _sse(error)], "text/event-stream")

@@ -17,6 +17,7 @@ from iop_site.health import HealthWatch
 from nodes import wire
 from nodes.hub import NodeHub
 from pool.engine import ProviderPool
+from pool.gate.counters import GateCounts
 from pool.policy import policy_from_snapshot
 from tests.support.payloads import chat_body
 from tests.support.processes import sha256_hex
@@ -46,6 +47,7 @@ class Runtime:
         self.health = HealthWatch(self.pool)
         self.hub = NodeHub(lambda: self.snapshot, self.pool)
         self.meter = RecordingMeter()
+        self.gate = GateCounts()
         self.draining = False
 
 

@@ -68,6 +68,7 @@ class StreamFilterDoc(Doc):
 
     type: Literal["repeat_guard"]
     hold_evidence_runes: Annotated[int, Field(ge=1, le=65536)] = 500
+    enforcement: Literal["enforce", "observe"] = "enforce"  # R-SEG-8
 
 
 class StreamEvidenceGateDoc(Doc):
