@@ -146,6 +146,11 @@ class PoolSnapshotSerializer(serializers.Serializer):
     providers = ProviderStatusSerializer(many=True)
     queue_depth = serializers.IntegerField()
     oldest_wait_ms = serializers.FloatField()
+    gate = serializers.DictField(
+        child=serializers.DictField(child=serializers.IntegerField()),
+        help_text="Stream Evidence Gate outcomes per provider id: fired, recovered, "
+        "exhausted, observed (R-SEG-6, R-SEG-8)",
+    )
 
 
 class PoolSnapshotView(APIView):

@@ -84,6 +84,7 @@ def test_status_view_sorts_rows_counts_states_and_keeps_engine_fields() -> None:
         "state": "saturated",
         "load_pct": 100,
         "health_text": "-",
+        "gate": "0 / 0 / 0 / 0",
     }
 
 
@@ -96,6 +97,18 @@ def test_the_health_column_names_the_reason_and_the_time_left_r_health_4() -> No
     )
     assert health_text(_row()) == "-"
     assert [format_left(s) for s in (0.0, 0.2, 59.4, 125.0)] == ["", "1 s", "59 s", "2 min 5 s"]
+
+
+def test_each_row_shows_its_gate_counts_in_a_fixed_order_r_seg_6() -> None:
+    """R-SEG-6, R-SEG-8: fired / recovered / exhausted / observed per provider."""
+    snapshot = {
+        "providers": [_row("a"), _row("b")],
+        "queue_depth": 0,
+        "oldest_wait_ms": 0.0,
+        "gate": {"a": {"fired": 3, "recovered": 2, "exhausted": 1, "observed": 0}},
+    }
+    rows = {r["provider_id"]: r["gate"] for r in status_view(snapshot)["providers"]}
+    assert rows == {"a": "3 / 2 / 1 / 0", "b": "0 / 0 / 0 / 0"}
 
 
 @pytest.mark.parametrize(

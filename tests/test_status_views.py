@@ -149,7 +149,8 @@ def test_api_pool_gives_staff_the_pool_snapshot_unchanged(live, staff_client) ->
     response = staff_client.get("/api/pool/")
     assert response.status_code == 200
     body = response.json()
-    assert body == pool.snapshot()
+    gate = body.pop("gate")  # Stream Evidence Gate counts, beside the engine's snapshot
+    assert body == pool.snapshot() and gate == {}
     full = next(row for row in body["providers"] if row["provider_id"] == "p-full")
     assert (full["in_flight"], full["queued"], body["queue_depth"]) == (1, 1, 1)
 
@@ -252,3 +253,12 @@ def test_the_admin_index_links_the_status_page_and_keeps_the_pool_app_index(
     staff.is_superuser = True
     staff.save()
     assert staff_client.get("/admin/pool/").status_code == 200  # the usage rows' app index
+
+
+def test_status_page_shows_the_gate_counts_of_each_provider_r_seg_6(live, staff_client) -> None:
+    """R-SEG-6: the page shows fired / recovered / exhausted / observed per provider."""
+    pool, _ = live
+    pool.call(lambda: [pool.runtime.gate.add("p-busy", o) for o in ("fired", "fired", "recovered")])
+    html = staff_client.get("/admin/pool-status/").content.decode()
+    cell = re.search(r'data-provider="p-busy".*?data-field="gate">([^<]*)<', html, re.S)
+    assert cell is not None and cell.group(1) == "2 / 1 / 0 / 0"
