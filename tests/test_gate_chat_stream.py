@@ -142,14 +142,29 @@ def test_observe_mode_changes_nothing_and_reports_once() -> None:
     assert g.fired is None and g.observed is not None
 
 
-def test_a_tool_call_is_not_held_back() -> None:
+def test_a_tool_call_follows_the_text_held_before_it() -> None:
+    """R-SEG-5: a tool call flushes the held text first, so the client sees the upstream's
+    order (text, then the call) and is not kept waiting for the window."""
     g = gate(hold=400)
     blocks = sse("chatcmpl-a", ["short"], tool=True).split("\n\n")
-    before_finish = "\n\n".join(blocks[:3]) + "\n\n"  # role, content, tool call
-    released = events(g.feed(before_finish))
-    assert any(isinstance(e, dict) and e["choices"][0]["delta"].get("tool_calls") for e in released)
-    assert content_of(released) == ""  # "short" is still inside the 400-rune window
-    assert content_of(events(g.feed("\n\n".join(blocks[3:])) + g.end())) == "short"
+    before_call = "\n\n".join(blocks[:2]) + "\n\n"  # role, content
+    assert content_of(events(g.feed(before_call))) == ""  # inside the 400-rune window
+    released = events(g.feed(blocks[2] + "\n\n"))  # the tool call
+    assert content_of(released) == "short"
+    assert released[-1]["choices"][0]["delta"].get("tool_calls")
+    assert g.fired is None
+
+
+def test_after_a_recovery_the_role_is_not_sent_again() -> None:
+    """R-SEG-6: one stream: the role delta of the second attempt is dropped."""
+    g = gate(hold=40)
+    first = "".join(g.feed(p) for p in split_randomly(sse("a", ["Intro. "] + ["la "] * 60), 4))
+    assert g.fired is not None
+    g.restart(FilterPipeline([FilterSpec("repeat_guard", 40)]))
+    out = events(first + run(g, sse("b", ["and then it goes on normally."]), 5))
+    roles = [e for e in out if isinstance(e, dict) and e["choices"]
+             and "role" in e["choices"][0]["delta"]]  # fmt: skip
+    assert len(roles) == 1
 
 
 def test_line_separators_in_content_are_escaped_for_line_based_readers() -> None:

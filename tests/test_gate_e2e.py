@@ -39,18 +39,27 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     providers = [
         {"id": "p-a", "profile": "openai", "base_url": "{up:a}/v1", "capacity": 2, "priority": 1},
         {"id": "p-b", "profile": "openai", "base_url": "{up:b}/v1", "capacity": 1, "priority": 9},
+        {
+            "id": "p-claude",
+            "profile": "anthropic",
+            "base_url": "{up:claude}/v1",
+            "capacity": 1,
+            "credential": {"env": "IOP_TEST_GATE_KEY"},
+        },
     ]
     models = [
         {"id": "solo", "providers": {"p-a": "served-a"}},
         {"id": "pair", "providers": {"p-a": "served-a", "p-b": "served-b"}},
         {"id": "b-only", "providers": {"p-b": "served-b"}},
+        {"id": "chat-over-claude", "providers": {"p-claude": "claude-served"}, "translate": True},
     ]
     with Stack(
         tmp_path_factory.mktemp("gate"),
-        upstreams={"a": "openai", "b": "openai"},
+        upstreams={"a": "openai", "b": "openai", "claude": "anthropic"},
         providers=providers,
         models=models,
         openai={"stream_evidence_gate": GATE},
+        env={"IOP_TEST_GATE_KEY": "sk-test-gate-provider"},
     ) as running:
         yield running
 
@@ -245,3 +254,14 @@ def test_the_status_page_data_and_metrics_show_gate_counts_r_seg_6(stack, client
     counts = stack.pool_snapshot()["gate"]
     assert counts["p-a"]["fired"] >= 1 and counts["p-a"]["recovered"] >= 1
     assert gate_counts(stack)[("p-a", "fired")] == counts["p-a"]["fired"]
+
+
+def test_a_chat_stream_translated_from_messages_is_gated_and_recovered_r_seg_5(stack, client):
+    """R-SEG-5, R-SEG-6: a Chat client served by an Anthropic Messages provider: the loop in
+    the translated stream fires; the resample goes out as Messages with the partial answer."""
+    loop(stack, "claude", "ping pong ", times=1, loop_copies=100)
+    text, ids = stream_text(client, "chat-over-claude")
+    assert text == stack.upstream("claude").server.reply_text and len(ids) == 1
+    first, second = bodies(stack, "claude")
+    assert second["temperature"] == 1.0 and "temperature" not in first
+    assert len(second["messages"]) == len(first["messages"])  # nothing delivered: no partial

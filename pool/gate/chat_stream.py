@@ -2,10 +2,11 @@
 
 Pure: the relay feeds the Node's output as it comes and sends what ``feed`` returns.
 Content deltas go through the filter pipeline and leave as new chunks carrying the
-released text; role, tool-call and other events pass at once; a finish reason, a usage
-chunk and ``[DONE]`` wait until the held text is flushed. Every chunk leaves with the
-first attempt's ``id``, ``created`` and ``model``, so after a recovery the client still
-sees one stream with one id.
+released text; role and other events pass at once; a tool call, a finish reason, a usage
+chunk and ``[DONE]`` go out after the held text is flushed (so the order is the upstream's).
+After a recovery the new attempt's role delta is dropped: the client already has it. Every
+chunk leaves with the first attempt's ``id``, ``created`` and ``model``, so after a recovery
+the client still sees one stream with one id.
 """
 
 from __future__ import annotations
@@ -64,12 +65,14 @@ class GatedChat:
     delivered: list[str] = field(default_factory=list)  # content the client has received
     fired: GateVerdict | None = None
     observed: GateVerdict | None = None
+    attempts: int = 1
     _splitter: SseSplitter = field(default_factory=SseSplitter)
 
     def restart(self, pipeline: FilterPipeline) -> None:
         """A new attempt: a fresh window and splitter; identity and delivered text stay."""
         self.pipeline = pipeline
         self.fired = None
+        self.attempts += 1
         self._splitter = SseSplitter()
 
     @property
@@ -118,6 +121,14 @@ class GatedChat:
         choice = choices[0] if isinstance(choices, list) and len(choices) == 1 else None
         delta = choice.get("delta") if isinstance(choice, dict) else None
         content = delta.get("content") if isinstance(delta, dict) else None
+        if isinstance(delta, dict) and self.attempts > 1 and "role" in delta:
+            del delta["role"]  # the client had the role from the first attempt: one stream
+            if not content and not _meaningful(delta, choice):
+                return
+        if isinstance(delta, dict) and delta.get("tool_calls"):
+            self._flush(out)  # held text goes first: the client sees the upstream's order
+            if self.fired is not None:
+                return
         if isinstance(content, str) and content and isinstance(delta, dict):
             assert isinstance(choice, dict)
             verdict = self.pipeline.feed(content)

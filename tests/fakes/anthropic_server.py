@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.base import FakeServer, current, pieces
+from tests.fakes.base import FakeServer, current, loop_text, pieces
 
 VERSION_HEADER = "anthropic-version"
 _BLOCK_TYPES = {"text", "image", "tool_use", "tool_result", "document", "thinking"}
@@ -174,7 +174,9 @@ class FakeAnthropic(FakeServer):
 
         if block["type"] == "text":
             opening = {"type": "text", "text": ""}
-            deltas = [delta({"type": "text_delta", "text": p}) for p in pieces(block["text"])]
+            looped = loop_text(self.faults)
+            parts = looped or pieces(block["text"])
+            deltas = [delta({"type": "text_delta", "text": p}) for p in parts]
         else:
             opening = {**block, "input": {}}
             raw = json.dumps(block["input"], separators=(",", ":"))
