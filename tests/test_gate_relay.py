@@ -1,0 +1,153 @@
+"""The gate on the Edge's relay path, in process with a scripted Node: a recovery that waits
+in the queue for longer than the ping interval, a client leaving mid-recovery, and the
+requests the gate leaves alone (R-SEG-5, R-SEG-6, R-POOL-9)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import msgspec
+import pytest
+
+from pool.http import relay
+from pool.http.app import OpenAIApp
+from tests.support.inprocess import FakeNode, Runtime, api, chat, document
+
+GATE = {"enabled": True, "filters": [{"type": "repeat_guard", "hold_evidence_runes": 40}]}
+
+
+def chunk(content: str | None = None, finish: str | None = None, role: bool = False) -> str:
+    delta: dict[str, Any] = {"role": "assistant"} if role else {}
+    if content is not None:
+        delta["content"] = content
+    body = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "served",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}  # fmt: skip
+    return "data: " + json.dumps(body) + "\n\n"
+
+
+async def answer(node: FakeNode, run: Any, pieces: list[str]) -> None:
+    await node.emit(run.run_id, chunk(role=True, content=""))
+    for piece in pieces:
+        await node.emit(run.run_id, chunk(piece))
+    await node.emit(run.run_id, chunk(finish="stop") + "data: [DONE]\n\n")
+    await node.end(run.run_id)
+
+
+def body_of(run: Any) -> dict[str, Any]:
+    return msgspec.json.decode(run.body)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+async def edge() -> Any:
+    doc = document(stream_evidence_gate=GATE)
+    doc["provider_pool"]["max_queue"] = 2
+    runtime = Runtime(doc)
+    node = await FakeNode(runtime.hub).start()
+    yield OpenAIApp(runtime), runtime, node
+    node.release.set()
+    await runtime.hub.aclose()
+    assert runtime.pool.idle(), "every lease released and no waiter left (R-POOL-9)"
+
+
+def scripted(go: asyncio.Event) -> Any:
+    """``hold`` waits for ``node.release``; a continuation answers; anything else loops once
+    ``go`` is set, and does not end by itself."""
+
+    async def script(node: FakeNode, run: Any) -> None:
+        data = body_of(run)
+        if data["messages"][0]["content"] == "hold":
+            await node.release.wait()
+            await answer(node, run, ["held answer"])
+        elif "temperature" in data:
+            await answer(node, run, ["and the rest."])
+        else:
+            await go.wait()
+            for piece in ["Intro. "] + ["la "] * 40:
+                await node.emit(run.run_id, chunk(piece))
+            await node.release.wait()  # a loop goes on until it is cancelled
+
+    return script
+
+
+async def loop_behind_a_waiter(app: OpenAIApp, runtime: Runtime, node: FakeNode) -> Any:
+    """A looping stream whose recovery must queue behind another request's waiter."""
+    go = asyncio.Event()
+    node.script = scripted(go)
+    looping = api(app, "POST", "/v1/chat/completions", chat(stream=True))
+    await node.run_seen.wait()
+    holder = api(app, "POST", "/v1/chat/completions", chat_held())
+    await until(lambda: runtime.pool.snapshot().queue_depth == 1)  # the holder waits
+    go.set()
+    await until(lambda: len(node.runs) == 2 and runtime.pool.snapshot().queue_depth == 1)
+    return looping, holder
+
+
+async def until(done: Any) -> None:
+    """Poll the in-process pool (no event to wait on) until ``done``, at most 5 s."""
+    async with asyncio.timeout(5):
+        while not done():  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+
+
+async def test_a_recovery_queued_past_the_ping_interval_resumes_and_completes_r_seg_6(
+    edge, monkeypatch
+):
+    """R-SEG-6: the re-issue waits in the FIFO queue behind an earlier waiter; the relay's
+    idle pings interrupt the wait without losing it, and the stream ends with the answer."""
+    monkeypatch.setattr(relay, "PING_INTERVAL_S", 0.05)
+    app, runtime, node = edge
+    looping, holder = await loop_behind_a_waiter(app, runtime, node)
+    assert body_of(node.runs[1])["messages"][0]["content"] == "hold"
+    await looping.wait_for(lambda: b": ping" in b"".join(m.get("body", b"") for m in looping.sent))
+    await looping.wait_for(lambda: b": ping\n\n: ping" in b"".join(
+        m.get("body", b"") for m in looping.sent))  # fmt: skip
+    assert len(node.runs) == 2  # still waiting: the pings did not re-issue it
+    node.release.set()
+    await looping.done()
+    await holder.done()
+    text = b"".join(m.get("body", b"") for m in looping.sent).decode()
+    assert "la la la" not in text and "and the rest." in text
+    assert len(node.runs) == 3  # the recovery was issued once, however many pings it waited
+    assert node.cancelled == [node.runs[0].run_id]  # the looping run, cancelled at the fire
+    assert runtime.gate.items() == [("p-open", "fired", 1), ("p-open", "recovered", 1)]
+
+
+def chat_held() -> dict[str, Any]:
+    body = chat(stream=True)
+    body["messages"][0]["content"] = "hold"
+    return body
+
+
+async def test_a_client_leaving_while_the_recovery_waits_leaves_nothing_behind_r_pool_9(edge):
+    """R-SEG-6, R-POOL-9: the queued re-issue is withdrawn and never sent to the Node."""
+    app, runtime, node = edge
+    looping, holder = await loop_behind_a_waiter(app, runtime, node)
+    looping.disconnect()
+    await looping.done()
+    assert runtime.pool.snapshot().queue_depth == 0
+    node.release.set()
+    await holder.done()
+    assert len(node.runs) == 2  # nothing re-issued
+    assert node.cancelled == [node.runs[0].run_id]
+
+
+@pytest.mark.parametrize(
+    "extra", [{"n": 2}, {"stream": False}], ids=["several-choices", "not-streamed"]
+)
+async def test_requests_the_gate_does_not_cover_pass_unchanged_r_seg_5(edge, extra):
+    """R-SEG-5: only streamed Chat Completions with one choice are gated."""
+    app, runtime, node = edge
+
+    async def loops(node: FakeNode, run: Any) -> None:
+        if run.stream:
+            await answer(node, run, ["la "] * 40)
+        else:
+            await node.emit(run.run_id, '{"choices": [{"message": {"content": "la la"}}]}')
+            await node.end(run.run_id)
+
+    node.script = loops
+    call = await api(app, "POST", "/v1/chat/completions", {**chat(stream=True), **extra}).done()
+    assert call.status == 200 and call.body.count(b"la ") == (40 if "n" in extra else 1)
+    assert len(node.runs) == 1 and runtime.gate.items() == []
