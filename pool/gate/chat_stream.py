@@ -66,6 +66,7 @@ class GatedChat:
     fired: GateVerdict | None = None
     observed: GateVerdict | None = None
     attempts: int = 1
+    done: bool = False  # ``[DONE]`` went out: a client may stop reading here
     _splitter: SseSplitter = field(default_factory=SseSplitter)
 
     def restart(self, pipeline: FilterPipeline) -> None:
@@ -106,6 +107,7 @@ class GatedChat:
         if data == "[DONE]":
             self._flush(out)
             if self.fired is None:
+                self.done = True
                 out.append(DONE)
             return
         try:

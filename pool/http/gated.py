@@ -157,11 +157,11 @@ class GatedSource:
     def __init__(self, source: RunSource, recovery: Recovery) -> None:
         self._src = source
         self._recovery = recovery
-        self._chat = GatedChat(recovery.pipeline(), str(recovery.request.data.get("model", "")))
+        self._chat = GatedChat(recovery.pipeline(), recovery.request.model)
         lease = recovery.attempt.lease
         self._provider = lease.provider_id if lease is not None else ""
         self._out: deque[str | wire.RunEnd] = deque()
-        self._recovered = False  # a recovery happened: count it when the stream ends well
+        self._recovered = False  # a recovery happened: count it when the stream is complete
         self._observed = False
 
     @property
@@ -220,9 +220,10 @@ class GatedSource:
         if chat.fired is not None:
             self._fire(chat.fired)
             return
+        if self._recovered and (chat.done or (isinstance(item, wire.RunEnd) and item.ok)):
+            self._recovered = False  # counted once, when the recovered stream is complete
+            self._recovery.counts.add(self._provider, RECOVERED)
         if isinstance(item, wire.RunEnd):
-            if item.ok and self._recovered:
-                self._recovery.counts.add(self._provider, RECOVERED)
             self._out.append(item)
 
     def _observe(self, verdict: GateVerdict) -> None:
