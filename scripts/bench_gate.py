@@ -4,7 +4,8 @@
 2. The Edge's own request path, in process (``OpenAIApp`` with a scripted Node on the real pool
    and hub): a streamed chat request with the gate off, the same with the gate on, and with
    ``--baseline DIR`` the gate-off figure from another checkout (e.g.
-   ``git archive main | tar -x -C DIR``), each in a subprocess, alternating round by round.
+   ``git archive main | tar -x -C DIR``; ``--control`` a second copy of it, for the A/A noise
+   floor), each in a subprocess, alternating round by round.
    Per request: the whole request, and the time to the first content byte the client gets.
 
 Bounded: ``--rounds`` (default 5) of ``--requests`` (default 300) each; medians reported.
@@ -120,6 +121,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--baseline", type=Path, help="another checkout for the before figure")
+    parser.add_argument(
+        "--control", type=Path, help="a second copy of the baseline: an A/A noise floor"
+    )
     parser.add_argument("--app-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--gate", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path)
@@ -129,17 +133,25 @@ def main() -> None:
         print(whole, first)
         return
     figures = {f"GatedChat, H={HOLD}, chat stream (us/event)": gated_chat_us(args.rounds)}
-    runs: dict[str, list[tuple[float, float]]] = {"off": [], "on": [], "baseline": []}
+    runs: dict[str, list[tuple[float, float]]] = {
+        "off": [],
+        "on": [],
+        "baseline": [],
+        "control": [],
+    }
     for turn in range(args.rounds):  # alternate, and swap the order every other round
         cells: list[tuple[str, Path, bool]] = [("off", ROOT, False), ("on", ROOT, True)]
         if args.baseline:
             cells.append(("baseline", args.baseline, False))
+        if args.control:
+            cells.append(("control", args.control, False))
         for name, tree, gate in cells if turn % 2 == 0 else cells[::-1]:
             runs[name].append(app_figure(1, args.requests, gate, tree))
     labels = {
         "off": "gate off",
         "on": f"gate on (H={HOLD})",
         "baseline": f"baseline {args.baseline}",
+        "control": f"control (A/A) {args.control}",
     }
     for name, pairs in runs.items():
         if not pairs:

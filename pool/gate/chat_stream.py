@@ -124,6 +124,7 @@ class GatedChat:
         delta = choice.get("delta") if isinstance(choice, dict) else None
         content = delta.get("content") if isinstance(delta, dict) else None
         if isinstance(delta, dict) and self.attempts > 1 and "role" in delta:
+            assert isinstance(choice, dict)
             del delta["role"]  # the client had the role from the first attempt: one stream
             if not content and not _meaningful(delta, choice):
                 return
