@@ -314,7 +314,16 @@ CASES: list[tuple[str, Callable[[Doc], object], str, str, str]] = [
         "Stream Evidence Gate settings (R-SEG-1)",
     ),
     (
-        "max_request_bytes",
+        "stream_evidence_gate_enforcement",
+        lambda d: d["openai"]["stream_evidence_gate"].update(
+            filters=[{"type": "repeat_guard", "enforcement": "observe"}]
+        ),
+        "openai.stream_evidence_gate.filters",
+        RESTART,
+        "Stream Evidence Gate settings (R-SEG-1)",
+    ),
+    (
+                "max_request_bytes",
         lambda d: d["openai"].update(max_request_bytes=4096),
         "openai.max_request_bytes",
         RESTART,
