@@ -71,12 +71,6 @@ def idle_after(stack: Stack) -> Iterator[None]:
         yield
 
 
-@pytest.fixture
-def client(stack: Stack) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=stack.v1_url, api_key=stack.token, max_retries=0) as sdk:
-        yield sdk
-
-
 def loop(stack: Stack, upstream: str, unit: str, *, times: int | None = None, **kw: Any) -> None:
     faults = stack.upstream(upstream).server.faults
     for name, value in {"loop_unit": unit, "loop_requests": times, **kw}.items():
@@ -125,14 +119,14 @@ def bodies(stack: Stack, upstream: str) -> list[dict[str, Any]]:
     return [r.json for r in stack.upstream(upstream).server.requests]
 
 
-def test_a_loop_is_resampled_and_the_client_never_sees_it_r_seg_6(stack, client):
+def test_a_loop_is_resampled_and_the_client_never_sees_it_r_seg_6(stack, oai):
     """R-SEG-6: a one-character loop after a normal prefix fires; the run is re-issued on the
     same provider with the next temperature and the delivered text as the assistant's partial
     answer; the client gets one stream, one id, no loop."""
     prefix = " ".join(f"step {i} of the plan;" for i in range(30)) + " "  # ~570 runes
     loop(stack, "a", "!", times=1, loop_prefix=prefix, loop_copies=400)
     before = gate_counts(stack)
-    text, ids = stream_text(client, "solo")
+    text, ids = stream_text(oai, "solo")
     assert "!!!!" not in text and len(ids) == 1
     assert text.endswith(stack.upstream("a").server.reply_text)
     first, second = bodies(stack, "a")
@@ -150,23 +144,23 @@ def test_a_loop_is_resampled_and_the_client_never_sees_it_r_seg_6(stack, client)
     [SENTENCE, "👩‍👩‍👧‍👦", "반복되는 말 ", "0, "],
     ids=["long-sentence", "emoji-zwj", "korean", "short-unit"],
 )
-def test_loops_of_every_shape_never_reach_the_client_r_seg_5(stack, client, unit):
+def test_loops_of_every_shape_never_reach_the_client_r_seg_5(stack, oai, unit):
     """R-SEG-5: loops of a long sentence, of multi-code-point graphemes and of Korean text,
     split across events (7-rune pieces), are held back and recovered."""
     loop(stack, "a", unit, times=1, loop_copies=HOLD)
-    text, _ = stream_text(client, "solo")
+    text, _ = stream_text(oai, "solo")
     assert unit * 3 not in text
     assert text == stack.upstream("a").server.reply_text
     assert len(stack.upstream("a").server.requests) == 2
 
 
-def test_a_provider_that_loops_again_is_switched_away_from_r_seg_6(stack, client):
+def test_a_provider_that_loops_again_is_switched_away_from_r_seg_6(stack, oai):
     """R-SEG-6: the resample loops again; the next recovery goes to another provider of the
     group (switch_provider), which answers."""
     loop(stack, "a", "la ", loop_copies=200)
     before = gate_counts(stack)
     models = set()
-    text, ids = stream_text(client, "pair", models)
+    text, ids = stream_text(oai, "pair", models)
     assert text == stack.upstream("b").server.reply_text and len(ids) == 1
     assert models == {"pair"}  # the client's model, whichever provider answered
     assert len(bodies(stack, "a")) == 2 and len(bodies(stack, "b")) == 1
@@ -179,7 +173,7 @@ def test_a_provider_that_loops_again_is_switched_away_from_r_seg_6(stack, client
     assert counted(stack, before, expected) == expected
 
 
-def test_exhausted_recovery_ends_the_stream_with_repetition_detected_r_seg_6(stack, client):
+def test_exhausted_recovery_ends_the_stream_with_repetition_detected_r_seg_6(stack, oai):
     """R-SEG-6: every provider loops; after request_fault_recovery attempts the stream ends
     with the in-band error ``repetition_detected`` and no loop text."""
     loop(stack, "a", "ha", loop_copies=300)
@@ -187,9 +181,7 @@ def test_exhausted_recovery_ends_the_stream_with_repetition_detected_r_seg_6(sta
     before = gate_counts(stack)
     seen: list[str] = []
     with pytest.raises(openai.APIError) as caught:
-        for chunk in client.chat.completions.create(
-            **chat_body("Tell me", model="pair"), stream=True
-        ):
+        for chunk in oai.chat.completions.create(**chat_body("Tell me", model="pair"), stream=True):
             if chunk.choices and chunk.choices[0].delta.content:
                 seen.append(chunk.choices[0].delta.content)
     assert "hahaha" not in "".join(seen)
@@ -219,13 +211,13 @@ def test_the_in_band_error_has_the_openai_stream_error_shape_r_seg_6(stack):
     assert all("xxxx" not in e for e in events)
 
 
-def test_a_request_larger_than_the_snapshot_runs_with_the_gate_off_r_seg_6(stack, client):
+def test_a_request_larger_than_the_snapshot_runs_with_the_gate_off_r_seg_6(stack, oai):
     """R-SEG-6: a body over ingress_snapshot_bytes is not gated, and the log says so."""
     loop(stack, "a", "z", loop_copies=300)
     big = "padding " * (SNAPSHOT_BYTES // 8 + 10)
     text = "".join(
         c.choices[0].delta.content or ""
-        for c in client.chat.completions.create(**chat_body(big, model="solo"), stream=True)
+        for c in oai.chat.completions.create(**chat_body(big, model="solo"), stream=True)
         if c.choices
     )
     assert text == "z" * 300
@@ -267,20 +259,20 @@ async def _set(event: asyncio.Event) -> None:
     event.set()
 
 
-def test_the_status_page_data_and_metrics_show_gate_counts_r_seg_6(stack, client):
+def test_the_status_page_data_and_metrics_show_gate_counts_r_seg_6(stack, oai):
     """R-SEG-6: /pool carries the per-provider gate counts that /metrics exports."""
     loop(stack, "a", "?", times=1, loop_copies=400)
-    stream_text(client, "solo")
+    stream_text(oai, "solo")
     counts = stack.pool_snapshot()["gate"]
     assert counts["p-a"]["fired"] >= 1 and counts["p-a"]["recovered"] >= 1
     assert gate_counts(stack)[("p-a", "fired")] == counts["p-a"]["fired"]
 
 
-def test_a_chat_stream_translated_from_messages_is_gated_and_recovered_r_seg_5(stack, client):
+def test_a_chat_stream_translated_from_messages_is_gated_and_recovered_r_seg_5(stack, oai):
     """R-SEG-5, R-SEG-6: a Chat client served by an Anthropic Messages provider: the loop in
     the translated stream fires; the resample goes out as Messages with the partial answer."""
     loop(stack, "claude", "ping pong ", times=1, loop_copies=100)
-    text, ids = stream_text(client, "chat-over-claude")
+    text, ids = stream_text(oai, "chat-over-claude")
     assert text == stack.upstream("claude").server.reply_text and len(ids) == 1
     first, second = bodies(stack, "claude")
     assert second["temperature"] == 1.0 and "temperature" not in first
