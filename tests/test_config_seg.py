@@ -23,8 +23,8 @@ def test_gate_is_disabled_by_default_r_seg_1():
     assert dict(gate.strategy_caps) == {} and gate.filters == ()
 
 
-def test_gate_can_be_enabled_r_seg_1():
-    """R-SEG-1: enabled true loads."""
+def test_enabled_true_loads_into_the_snapshot_r_seg_1():
+    """R-SEG-1: enabled true loads (what it does: tests/test_gate_relay.py, test_gate_e2e.py)."""
     assert load_snapshot(_with_gate(enabled=True)).stream_evidence_gate.enabled is True
 
 

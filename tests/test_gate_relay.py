@@ -151,3 +151,21 @@ async def test_requests_the_gate_does_not_cover_pass_unchanged_r_seg_5(edge, ext
     call = await api(app, "POST", "/v1/chat/completions", {**chat(stream=True), **extra}).done()
     assert call.status == 200 and call.body.count(b"la ") == (40 if "n" in extra else 1)
     assert len(node.runs) == 1 and runtime.gate.items() == []
+
+
+async def test_a_streamed_messages_request_is_not_gated_r_seg_5(edge):
+    """R-SEG-5: the gate covers Chat Completions; an Anthropic client's stream passes as is."""
+    app, runtime, node = edge
+    event = 'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, '
+    event += '"delta": {"type": "text_delta", "text": "la "}}\n\n'
+
+    async def loops(node: FakeNode, run: Any) -> None:
+        for _ in range(40):
+            await node.emit(run.run_id, event)
+        await node.end(run.run_id)
+
+    node.script = loops
+    body = {**chat(stream=True, model="claude"), "max_tokens": 64}
+    call = await api(app, "POST", "/v1/messages", body).done()
+    assert call.status == 200 and call.body.count(b'"text": "la "') == 40
+    assert runtime.gate.items() == []
