@@ -169,3 +169,25 @@ async def test_a_streamed_messages_request_is_not_gated_r_seg_5(edge):
     call = await api(app, "POST", "/v1/messages", body).done()
     assert call.status == 200 and call.body.count(b'"text": "la "') == 40
     assert runtime.gate.items() == []
+
+
+async def test_exhaustion_before_any_output_is_a_plain_502_repetition_detected_r_seg_6():
+    """R-SEG-6: with no recovery allowed and nothing sent yet (no role chunk), the loop
+    becomes the relay's plain error response, with code repetition_detected."""
+    runtime = Runtime(document(stream_evidence_gate={**GATE, "request_fault_recovery": 0}))
+    node = await FakeNode(runtime.hub).start()
+
+    async def loops(node: FakeNode, run: Any) -> None:
+        for _ in range(40):
+            await node.emit(run.run_id, chunk("la "))
+        await node.release.wait()
+
+    node.script = loops
+    call = await api(OpenAIApp(runtime), "POST", "/v1/chat/completions", chat(stream=True)).done()
+    assert call.status == 502
+    assert json.loads(call.body)["error"]["code"] == "repetition_detected"
+    assert node.cancelled == [node.runs[0].run_id]
+    assert runtime.gate.items() == [("p-open", "exhausted", 1), ("p-open", "fired", 1)]
+    node.release.set()
+    await runtime.hub.aclose()
+    assert runtime.pool.idle()
