@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from nodes import wire
 from pool.http import relay
 from pool.http.app import OpenAIApp
 from tests.support.inprocess import FakeNode, Runtime, api, chat, document
@@ -191,3 +192,22 @@ async def test_exhaustion_before_any_output_is_a_plain_502_repetition_detected_r
     node.release.set()
     await runtime.hub.aclose()
     assert runtime.pool.idle()
+
+
+async def test_a_run_failing_mid_stream_releases_the_held_text_before_the_error_r_seg_5(edge):
+    """R-SEG-5: held text is output the client is owed; a run that fails after it gets the
+    text first, then the relay's in-band error (never a silent truncation)."""
+    app, runtime, node = edge
+
+    async def fails(node: FakeNode, run: Any) -> None:
+        await node.emit(run.run_id, chunk(role=True, content=""))
+        await node.emit(run.run_id, chunk("A short and normal start"))
+        error = wire.RunError(code="upstream_error", message="the upstream reported an error")
+        await node.end(run.run_id, ok=False, error=error)
+
+    node.script = fails
+    call = await api(app, "POST", "/v1/chat/completions", chat(stream=True)).done()
+    events = [e.removeprefix(b"data: ") for e in call.body.split(b"\n\n") if e]
+    assert json.loads(events[-2])["choices"][0]["delta"]["content"] == "A short and normal start"
+    assert json.loads(events[-1])["error"]["code"] == "upstream_error"
+    assert runtime.gate.items() == []
