@@ -191,3 +191,39 @@ def test_find_repeat_matches_the_rule_spelled_out(window: str, hold: int) -> Non
     found = find_repeat(window, hold)
     got = (found.unit, found.copies) if found else None
     assert got == reference_repeat(window, hold)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    prefix=st.text(alphabet="ab", max_size=12),
+    unit=st.text(alphabet="ab", min_size=1, max_size=20),
+    copies=st.integers(min_value=1, max_value=6),
+    hold=st.integers(min_value=8, max_value=80),
+)
+def test_find_repeat_matches_the_rule_on_near_loops(
+    prefix: str, unit: str, copies: int, hold: int
+) -> None:
+    """R-SEG-5: windows that end in (almost) enough copies of a unit, where the fast search
+    has the most candidates to rule out, agree with the rule too."""
+    window = prefix + unit * copies
+    found = find_repeat(window, hold)
+    got = (found.unit, found.copies) if found else None
+    assert got == reference_repeat(window, hold)
+
+
+@pytest.mark.parametrize(
+    ("window", "hold"),
+    [
+        ("baabaabaaaaabaabaaaaabaabaaaa", 54),
+        ("aabaabaaaabaabaabaabaaaabaabaabaabaaaabaab", 76),
+        ("bbbabbbbbbbbabbbbbbbbabbbbbbbbabbbbb", 67),
+    ],
+)
+def test_a_unit_is_found_past_a_shorter_candidate_too_long_for_the_window(
+    window: str, hold: int
+) -> None:
+    """R-SEG-5: a shorter candidate whose copies would overrun a short window (early in a
+    stream) does not hide a longer unit that fits: the rule fires as written."""
+    found = find_repeat(window, hold)
+    assert found is not None
+    assert (found.unit, found.copies) == reference_repeat(window, hold)

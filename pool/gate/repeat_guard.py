@@ -43,11 +43,12 @@ def find_repeat(window: str, hold: int) -> Repeat | None:
         size = length - probe - at
         copies = max(2, -(-need // size))
         span = size * copies
-        if span > length:
-            return None  # longer units need a longer window still
-        unit = window[-size:]
-        if window[-span:] == unit * copies:
-            return Repeat(unit, copies)
+        # A span longer than the window rules this unit out, not a longer one: spans are not
+        # monotonic in the unit length (H = 54: 8 runes x 4 = 32, 9 runes x 3 = 27).
+        if span <= length:
+            unit = window[-size:]
+            if window[-span:] == unit * copies:
+                return Repeat(unit, copies)
         end = at + probe - 1
 
 
