@@ -1,5 +1,10 @@
 """The Stream Evidence Gate's cost, by measurement (docs/performance.md, "Stream Evidence Gate").
 
+In `make bench` (the ``gate`` suite): a second Edge+Node like the plain one with the gate on,
+streamed cells at c=1 and c=16 beside the plain Edge's, and a section comparing them.
+
+Run alone (``python scripts/bench_gate.py``):
+
 1. ``GatedChat`` alone: microseconds per upstream event of `make bench`'s 20-event chat stream.
 2. The Edge's own request path, in process (``OpenAIApp`` with a scripted Node on the real pool
    and hub): a streamed chat request with the gate off, the same with the gate on, and with
@@ -21,16 +26,52 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "scripts")) if p not in sys.path]
 
+from bench_cells import BenchContext, Cell, edge_stack, section, suite  # noqa: E402
+from bench_report import Figures  # noqa: E402
 from bench_translate import TOKEN, _document, chat_stream  # noqa: E402
 from bench_upstream import EVENTS  # noqa: E402
 
 HOLD = 500  # the documented default window
+NAME = "edge-gate"
+CONCURRENCY = (1, 16)
+GATE = {"enabled": True, "filters": [{"type": "repeat_guard", "hold_evidence_runes": HOLD}]}
+
+
+@suite("gate")
+def gate_suite(ctx: BenchContext) -> Iterator[list[Cell]]:
+    """A second Edge+Node like the plain one, with the gate on (streams only: it gates those)."""
+    with edge_stack(ctx, NAME, openai={"stream_evidence_gate": GATE}) as target:
+        levels = [c for c in ctx.options.concurrency or CONCURRENCY if c in CONCURRENCY]
+        yield [Cell(target, "stream", c) for c in levels]
+
+
+@section
+def compare(f: Figures) -> list[str]:
+    """The gate on against the plain Edge, per streamed cell (medians)."""
+    lines = [
+        f"## Stream Evidence Gate on (H={HOLD}) against off (medians)",
+        "",
+        "| c | req/s off | req/s on | p50 added ms | TTFB added ms | Edge CPU ms/req off | on |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for target, mode, c in f.runs:
+        on, off = (target, mode, c), ("edge", mode, c)
+        if target != NAME or not f.has(off):
+            continue
+        lines.append(
+            f"| {c} | {f.median(off, 'rps'):.0f} | {f.median(on, 'rps'):.0f} | "
+            f"{f.median(on, 'p50') - f.median(off, 'p50'):+.2f} | "
+            f"{f.median(on, 'ttfb50') - f.median(off, 'ttfb50'):+.2f} | "
+            f"{f.cpu(off, 'edge'):.2f} | {f.cpu(on, 'edge'):.2f} |"
+        )
+    return lines
 
 
 def gated_chat_us(rounds: int, repeat: int = 200) -> float:
