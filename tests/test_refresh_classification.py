@@ -323,7 +323,7 @@ CASES: list[tuple[str, Callable[[Doc], object], str, str, str]] = [
         "Stream Evidence Gate settings (R-SEG-1)",
     ),
     (
-                "max_request_bytes",
+        "max_request_bytes",
         lambda d: d["openai"].update(max_request_bytes=4096),
         "openai.max_request_bytes",
         RESTART,
