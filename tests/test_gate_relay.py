@@ -14,7 +14,7 @@ import pytest
 from nodes import wire
 from pool.http import relay
 from pool.http.app import OpenAIApp
-from tests.support.inprocess import FakeNode, Runtime, api, chat, document
+from tests.support.inprocess import FakeNode, Runtime, api, chat, document, until
 
 GATE = {"enabled": True, "filters": [{"type": "repeat_guard", "hold_evidence_runes": 40}]}
 
@@ -83,13 +83,6 @@ async def loop_behind_a_waiter(app: OpenAIApp, runtime: Runtime, node: FakeNode)
     go.set()
     await until(lambda: len(node.runs) == 2 and runtime.pool.snapshot().queue_depth == 1)
     return looping, holder
-
-
-async def until(done: Any) -> None:
-    """Poll the in-process pool (no event to wait on) until ``done``, at most 5 s."""
-    async with asyncio.timeout(5):
-        while not done():  # noqa: ASYNC110
-            await asyncio.sleep(0.005)
 
 
 async def test_a_recovery_queued_past_the_ping_interval_resumes_and_completes_r_seg_6(
@@ -211,3 +204,40 @@ async def test_a_run_failing_mid_stream_releases_the_held_text_before_the_error_
     assert json.loads(events[-2])["choices"][0]["delta"]["content"] == "A short and normal start"
     assert json.loads(events[-1])["error"]["code"] == "upstream_error"
     assert runtime.gate.items() == []
+
+
+async def test_text_the_gate_holds_does_not_hold_back_the_nodes_credit_r_in_5():
+    """R-SEG-5, R-IN-5: a window of 20000 runes over a Node window of 65536 characters: the
+    gate holds the text, not the Node, so a Node that waits for credit keeps sending and the
+    client gets the whole answer."""
+    gate = {"enabled": True, "filters": [{"type": "repeat_guard", "hold_evidence_runes": 20000}]}
+    runtime = Runtime(document(stream_evidence_gate=gate, stream_buffer_bytes=65536))
+    node = await FakeNode(runtime.hub).start()
+    words = [f"w{i} " for i in range(2000)]  # ~11000 runes of content, ~300000 characters
+
+    async def polite(node: FakeNode, run: Any) -> None:
+        """A Node that sends only within its credit (R-IN-5)."""
+        sent = 0
+
+        def room() -> int:
+            credited = sum(c.chars for c in node.credits if c.run_id == run.run_id)
+            return run.credit + credited - sent
+
+        for event in [chunk(role=True, content="")] + [chunk(w) for w in words]:
+            await until(lambda event=event: room() >= len(event))
+            await node.emit(run.run_id, event)
+            sent += len(event)
+        await node.emit(run.run_id, chunk(finish="stop") + "data: [DONE]\n\n")
+        await node.end(run.run_id)
+
+    node.script = polite
+    call = await api(OpenAIApp(runtime), "POST", "/v1/chat/completions", chat(stream=True)).done()
+    text = "".join(
+        json.loads(e[6:])["choices"][0]["delta"].get("content") or ""
+        for e in call.body.decode().split("\n\n")
+        if e.startswith("data: {")
+    )
+    assert call.status == 200 and text == "".join(words)
+    assert runtime.gate.items() == []
+    await runtime.hub.aclose()
+    assert runtime.pool.idle()
