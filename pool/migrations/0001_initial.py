@@ -4,85 +4,34 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     initial = True
 
-    dependencies = []
+    dependencies = [
+    ]
 
     operations = [
         migrations.CreateModel(
-            name="UsageBucket",
+            name='UsageBucket',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                (
-                    "bucket_start",
-                    models.DateTimeField(help_text="Start of the hour (UTC) the row counts."),
-                ),
-                ("principal_ref", models.CharField(default="-", max_length=200)),
-                ("token_ref", models.CharField(default="-", max_length=200)),
-                ("model_group", models.CharField(default="-", max_length=200)),
-                (
-                    "attributed_to",
-                    models.CharField(
-                        default="-",
-                        help_text="The provider id, or the model group id when attribution is model_group.",
-                        max_length=200,
-                    ),
-                ),
-                (
-                    "attribution",
-                    models.CharField(
-                        choices=[
-                            ("provider", "provider"),
-                            ("model_group", "model_group"),
-                            ("-", "unknown"),
-                        ],
-                        default="provider",
-                        max_length=20,
-                    ),
-                ),
-                (
-                    "estimated",
-                    models.BooleanField(
-                        default=False,
-                        help_text="Token figures were estimated by the Edge, not reported upstream.",
-                    ),
-                ),
-                ("requests", models.BigIntegerField(default=0)),
-                ("errors", models.BigIntegerField(default=0)),
-                ("input_tokens", models.BigIntegerField(default=0)),
-                ("output_tokens", models.BigIntegerField(default=0)),
-                ("updated_at", models.DateTimeField()),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('bucket_start', models.DateTimeField(help_text='Start of the hour (UTC) the row counts.')),
+                ('principal_ref', models.CharField(default='-', max_length=200)),
+                ('token_ref', models.CharField(default='-', max_length=200)),
+                ('model_group', models.CharField(default='-', max_length=200)),
+                ('attributed_to', models.CharField(default='-', help_text='The provider id, or the model group id when attribution is model_group.', max_length=200)),
+                ('attribution', models.CharField(choices=[('provider', 'provider'), ('model_group', 'model_group'), ('-', 'unknown')], default='provider', max_length=20)),
+                ('estimated', models.BooleanField(default=False, help_text='Token figures were estimated by the Edge, not reported upstream.')),
+                ('requests', models.BigIntegerField(default=0)),
+                ('errors', models.BigIntegerField(default=0)),
+                ('input_tokens', models.BigIntegerField(default=0)),
+                ('output_tokens', models.BigIntegerField(default=0)),
+                ('updated_at', models.DateTimeField()),
             ],
             options={
-                "ordering": (
-                    "-bucket_start",
-                    "model_group",
-                    "attributed_to",
-                    "principal_ref",
-                    "token_ref",
-                ),
-                "indexes": [
-                    models.Index(fields=["model_group", "bucket_start"], name="pool_usage_model")
-                ],
-                "constraints": [
-                    models.UniqueConstraint(
-                        fields=(
-                            "bucket_start",
-                            "principal_ref",
-                            "token_ref",
-                            "model_group",
-                            "attributed_to",
-                            "attribution",
-                            "estimated",
-                        ),
-                        name="pool_usage_bucket_key",
-                    )
-                ],
+                'ordering': ('-bucket_start', 'model_group', 'attributed_to', 'principal_ref', 'token_ref'),
+                'indexes': [models.Index(fields=['model_group', 'bucket_start'], name='pool_usage_model')],
+                'constraints': [models.UniqueConstraint(fields=('bucket_start', 'principal_ref', 'token_ref', 'model_group', 'attributed_to', 'attribution', 'estimated'), name='pool_usage_bucket_key')],
             },
         ),
     ]
