@@ -109,8 +109,9 @@ async def test_a_live_pool_edit_that_leaves_the_payload_alone_pushes_nothing(edg
     assert outcome.body["pushed_nodes"] == [] and transport.refreshes() == []
 
 
-async def test_a_pending_node_is_not_pushed_and_gets_the_new_payload_at_ready(edge):
-    """R-NODE-4: only dispatch-ready Nodes are pushed."""
+async def test_a_pending_node_is_not_pushed(edge):
+    """R-NODE-4: only dispatch-ready Nodes are pushed (that it gets the new payload at ready
+    is test_node_hub.py::test_a_node_pending_during_a_refresh_gets_the_new_payload_at_ready)."""
     transport = Transport()
     session = await edge.hub.connect("node-local", transport)
     await edge.hub.receive(session, wire.encode(wire.Register(node_id="node-local")))
