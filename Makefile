@@ -10,13 +10,13 @@ DEV_STAMP := $(VENV)/.installed-dev
 $(BASE_STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q -e '.[edge]'
 	@touch $@
 
 $(DEV_STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[edge,dev]'
 	@touch $@ $(BASE_STAMP)
 
 run: $(BASE_STAMP)

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from edgekit.http import error_body, send_json
 if TYPE_CHECKING:
     from iop_site.runtime import EdgeRuntime
 
+log = logging.getLogger("iop.nodes")
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
 
@@ -30,6 +32,10 @@ django_application = get_asgi_application()
 
 async def not_found(scope: Scope, receive: Any, send: Any) -> None:
     if scope["type"] == "websocket":
+        log.warning(
+            "websocket upgrade refused on %r: Nodes dial /ws/node on edge.listen",
+            str(scope.get("path", ""))[:200],
+        )
         await send({"type": "websocket.close"})
         return
     await send_json(send, 404, error_body("not_found", "not found"))

@@ -3,7 +3,7 @@
 The HTTP half only: read and parse the request, then call ``refresh.services`` once and answer
 with its report.
 
-Body: ``{"mode": "dry_run"|"apply", "config": {...}, "parent": <revision id, optional>}`` as
+Body: ``{"mode": "dry_run"|"apply"|"stage", "config": {...}, "parent": <revision id, optional>}`` as
 JSON, or the config document itself as YAML/JSON text with ``?mode=`` (and ``?parent=``).
 Only the socket peer address counts; a forwarded-for header never makes a request local.
 """
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from iop_site.runtime import EdgeRuntime
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
-MODES = (services.DRY_RUN, services.APPLY)
+MODES = (services.DRY_RUN, services.APPLY, services.STAGE)
 AUTHOR = "POST /refresh"
 
 
@@ -64,7 +64,7 @@ async def handle_refresh(
         await send_json(
             send,
             413,
-            error_body("body_too_large", f"the body is larger than {MAX_BODY_BYTES} bytes"),
+            error_body("request_too_large", f"the body is larger than {MAX_BODY_BYTES} bytes"),
         )
         return
     except BadRequest as exc:
@@ -77,6 +77,10 @@ async def handle_refresh(
         return
     if mode == services.DRY_RUN:
         outcome = await sync_to_async(services.dry_run)(document, runtime)
+    elif mode == services.STAGE:
+        outcome = await sync_to_async(services.stage_document)(
+            document, source=str(ConfigRevision.Source.REFRESH), author_label=AUTHOR
+        )
     else:
         outcome = await sync_to_async(services.apply_document)(
             runtime,
@@ -85,6 +89,7 @@ async def handle_refresh(
             author_label=AUTHOR,
             parent=parent,
         )
+    outcome = await sync_to_async(services.with_active)(outcome)
     await send_json(send, outcome.status, outcome.body)
 
 
@@ -115,14 +120,14 @@ def _parse(
         except (ValueError, UnicodeDecodeError, RecursionError):  # R-IN-3
             raise BadRequest("the body is not valid JSON") from None
         if not isinstance(envelope, dict) or "config" not in envelope:
-            raise BadRequest('a JSON body is {"mode": "dry_run"|"apply", "config": {...}}')
+            raise BadRequest('a JSON body is {"mode": "dry_run"|"apply"|"stage", "config": {...}}')
         mode = envelope.get("mode", mode)
         parent = envelope.get("parent", parent)
         document = envelope["config"]
     else:
         document = None
     if mode not in MODES:
-        raise BadRequest('mode must be "dry_run" or "apply"')
+        raise BadRequest('mode must be "dry_run", "apply" or "stage"')
     if document is None:
         document = parse_text(body)
     return str(mode), document, _parent(parent)

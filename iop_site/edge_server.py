@@ -34,6 +34,12 @@ class EdgeServer(Server):  # type: ignore[misc]
         self.public_port = public_port
         self.grace_s = grace_s
         self.ports: list[Any] = []
+        self.listen_failures: list[str] = []
+
+    def listen_error(self, failure: Any) -> None:
+        """Remember why a listener could not bind; ``serve`` turns it into a non-zero exit."""
+        self.listen_failures.append(str(failure.getErrorMessage()))
+        self.stop()
 
     def run(self) -> None:
         from twisted.internet import reactor

@@ -33,6 +33,14 @@ def _tune_daphne() -> None:
     http_protocol.HTTPFactory.log = lambda self, request: None
 
 
+class ListenError(RuntimeError):
+    """A listener could not bind: the Edge did not start."""
+
+    def __init__(self, failures: list[str]) -> None:
+        super().__init__("; ".join(failures))
+        self.failures = failures
+
+
 def serve(snapshot: EdgeSnapshot, *, on_ready: Callable[[], None] | None = None) -> None:
     """Run until SIGINT/SIGTERM, then drain. daphne.server must be imported before the reactor.
     Raises ``TLSFileError`` before listening when a TLS file cannot be used (R-TLS-1)."""
@@ -81,3 +89,5 @@ def serve(snapshot: EdgeSnapshot, *, on_ready: Callable[[], None] | None = None)
     )
     settle_heap()  # the collector's pauses were the long tail (docs/performance.md)
     server.run()
+    if server.listen_failures:
+        raise ListenError(server.listen_failures)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from channels.consumer import AsyncConsumer
@@ -9,6 +10,8 @@ from channels.exceptions import StopConsumer
 
 from nodes import wire
 from nodes.hub import NodeHub, NodeSession
+
+log = logging.getLogger("iop.nodes")
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str:
@@ -25,7 +28,6 @@ class NodeConsumer(AsyncConsumer):
     connections (a thread hop) before every frame, and this consumer never
     touches the ORM (docs/architecture.md: the Node websocket consumer).
     """
-
 
     def __init__(self, hub: NodeHub) -> None:
         super().__init__()
@@ -66,7 +68,11 @@ class NodeConsumer(AsyncConsumer):
         node_id = _header(self.scope, wire.NODE_ID_HEADER.encode())
         auth = _header(self.scope, b"authorization")
         token = auth[7:] if auth[:7].lower() == "bearer " else ""
-        if not node_id or not token or not self.hub.authenticate(node_id, token):
+        if not node_id or not token:
+            log.warning("node connection refused: no X-IOP-Node-Id or bearer token")
+            await self.send({"type": "websocket.close"})  # before accept: HTTP 403
+            return
+        if not self.hub.authenticate(node_id, token):
             await self.send({"type": "websocket.close"})  # before accept: HTTP 403
             return
         await self.send({"type": "websocket.accept"})

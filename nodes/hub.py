@@ -85,7 +85,20 @@ class NodeHub:
         node = self._snapshot().node(node_id)
         digest = hashlib.sha256(token.encode()).hexdigest()
         expected = node.token_hash_sha256 if node is not None else "0" * 64
-        return hmac.compare_digest(digest, expected) and node is not None
+        matches = hmac.compare_digest(digest, expected)
+        if node is None:
+            log.warning(
+                "node %r refused: it is not in the running revision (a node added to the "
+                "catalog runs after its staged revision and a restart, docs/journeys.md)",
+                node_id[:100],
+            )
+        elif not matches:
+            log.warning(
+                "node %s refused: its token does not match the running revision's "
+                "token_hash_sha256 (after a rotation the Node needs the new node.token)",
+                node_id,
+            )
+        return matches and node is not None
 
     async def connect(self, node_id: str, transport: Transport) -> NodeSession:
         """A new accepted connection: it supersedes any older one of the same node."""

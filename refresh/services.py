@@ -48,6 +48,7 @@ __all__ = [
     "DIFF",
     "DRY_RUN",
     "OK",
+    "STAGE",
     "Outcome",
     "active_revision",
     "apply_document",
@@ -56,7 +57,9 @@ __all__ = [
     "create_revision",
     "dry_run",
     "running_edge",
+    "stage_document",
     "stage_revision",
+    "with_active",
 ]
 
 # Applies are serialized across every entry point of the process (Django admin, REST API,
@@ -180,6 +183,25 @@ def apply_document(
             )
             committed = _commit(runtime, revision, active, author_label, candidate.snapshot)
         return _swap(runtime, committed, author_label)
+
+
+def stage_document(document: Any, *, source: str, author_label: str) -> Outcome:
+    """Record a candidate document as a revision and stage it for the next start
+    (``POST /refresh?mode=stage``: the shell's way to a restart-required change)."""
+    created = create_revision(document, source=source, author_label=author_label)
+    if created.revision is None:
+        return Outcome(created.report.but(mode=STAGE), created.status)
+    return stage_revision(created.revision, actor=author_label)
+
+
+def with_active(outcome: Outcome) -> Outcome:
+    """Every report names the active revision, refusals included (docs/refresh.md)."""
+    if outcome.report.active is not None:
+        return outcome
+    active = active_revision()
+    if active is None:
+        return outcome
+    return Outcome(outcome.report.but(active=active.pk), outcome.status, outcome.revision)
 
 
 def stage_revision(revision: ConfigRevision, *, actor: Any) -> Outcome:

@@ -60,7 +60,7 @@ def managed_example() -> dict:
     document["edge"]["tls"] = {"cert_file": "/etc/iop/edge.crt", "key_file": "/etc/iop/edge.key"}
     document["openai"]["tls"] = {"cert_file": "/etc/iop/api.crt", "key_file": "/etc/iop/api.key"}
     for legacy in ("bearer_token", "principal_tokens", "provider_auth"):
-        del document["openai"][legacy]
+        document["openai"].pop(legacy, None)
     document["credential_plane"] = {
         "enabled": True,
         "control_plane": {"url": "https://cp.example.invalid", "tls": {"ca_file": "/etc/ca.crt"}},
@@ -155,7 +155,7 @@ def test_import_fills_the_structured_columns():
     assert ModelProvider.objects.get(provider=vllm).served_model == "Qwen/Qwen2.5-7B-Instruct"
     settings = EdgeSettings.objects.get()
     assert settings.long_context_threshold_tokens == 100000
-    assert settings.bearer_token == {"env": "IOP_OPENAI_TOKEN"}
+    assert settings.max_request_bytes == 8388608
 
 
 def test_invalid_document_is_rejected_with_every_path_and_writes_nothing():

@@ -173,7 +173,12 @@ class NodeClient:
             status = exc.response.status_code
             if status in (401, 403):
                 log.error(
-                    "the Edge refused this node (HTTP %d): check node_id and the token", status
+                    "the Edge refused node %s (HTTP %d): either the node is not in the Edge's "
+                    "running revision (added or staged but the Edge not restarted yet) or the "
+                    "token does not match (rotated?); the Edge's log names which "
+                    "(docs/journeys.md)",
+                    self.config.node_id,
+                    status,
                 )
             else:
                 log.warning("the Edge answered the upgrade with HTTP %d", status)

@@ -149,6 +149,8 @@ class NodeConfig(_Strict):
     def _websocket_url(cls, value: str) -> str:
         if not value.startswith(("ws://", "wss://")):
             raise ValueError("must start with ws:// or wss://")
+        if not urlsplit(value).path.endswith("/ws/node"):
+            raise ValueError("the path must end in /ws/node (ws://EDGE_HOST:PORT/ws/node)")
         return value
 
     @field_validator("token", mode="before")

@@ -11,6 +11,7 @@ import sys
 from nodes.agent import __version__
 from nodes.agent.client import NodeClient
 from nodes.agent.config import NodeConfig, NodeConfigError, load_config
+from nodes.agent.secrets import SecretError, resolve_secret
 from nodes.heap import settle_heap
 
 log = logging.getLogger("iop_node")
@@ -47,6 +48,11 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config)
     except NodeConfigError as exc:
         print(exc, file=sys.stderr)
+        return 2
+    try:  # a Node without its token could only be refused, again and again
+        resolve_secret(config.token.as_secret_ref(), what="token")
+    except SecretError as exc:
+        print(f"{args.config}: {exc}", file=sys.stderr)
         return 2
     if args.check:
         print(f"{args.config}: ok")

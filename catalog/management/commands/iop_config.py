@@ -29,8 +29,16 @@ class Command(BaseCommand):
             action="store_true",
             help="Import only when the catalog holds nothing yet (first start).",
         )
-        export = actions.add_parser("export", help="Print the catalog as a config document.")
+        export = actions.add_parser(
+            "export", help="Print the catalog (or a revision) as a config document."
+        )
         export.add_argument("--format", choices=("yaml", "json"), default="yaml")
+        export.add_argument(
+            "--revision",
+            metavar="active|previous|ID",
+            help="Print a revision instead of the catalog: the one that runs (active), the one "
+            "active before it (previous), or a revision id.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
@@ -40,7 +48,9 @@ class Command(BaseCommand):
         elif action == "import":
             self.import_file(options["file"], if_empty=options["if_empty"])
         else:
-            self.stdout.write(render(catalog_to_document(), options["format"]), ending="")
+            which = options["revision"]
+            document = catalog_to_document() if which is None else revision_document(which)
+            self.stdout.write(render(document, options["format"]), ending="")
 
     def import_file(self, file: str, *, if_empty: bool) -> None:
         if if_empty and not catalog_is_empty():
@@ -75,6 +85,26 @@ class Command(BaseCommand):
         for line in lines:
             self.stderr.write(line)
         raise CommandError(f"{file}: {len(lines)} error(s); nothing changed")
+
+
+def revision_document(which: str) -> dict[str, Any]:
+    """The document of the active revision, of its parent (``previous``), or of an id."""
+    from refresh.models import ConfigRevision
+
+    active = ConfigRevision.objects.filter(is_active=True).first()
+    if which in ("active", "previous"):
+        if active is None:
+            raise CommandError("no revision is active yet (start the Edge once)")
+        revision = active if which == "active" else active.parent
+        if revision is None:
+            raise CommandError(f"the active revision {active.pk} has no previous revision")
+    elif which.isdigit():
+        revision = ConfigRevision.objects.filter(pk=int(which)).first()
+        if revision is None:
+            raise CommandError(f"no revision {which}")
+    else:
+        raise CommandError("--revision is active, previous or a revision id")
+    return dict(revision.document)
 
 
 def render(document: dict[str, Any], fmt: str) -> str:

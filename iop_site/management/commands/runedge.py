@@ -20,7 +20,7 @@ class Command(BaseCommand):
         from django.conf import settings
 
         from catalog.config import ConfigError
-        from iop_site.server import serve
+        from iop_site.server import ListenError, serve
         from iop_site.tls import TLSFileError, listeners
         from refresh.startup import startup_snapshot
 
@@ -45,3 +45,10 @@ class Command(BaseCommand):
             serve(snapshot, on_ready=ready)
         except TLSFileError as exc:
             raise CommandError(f"cannot start: {exc}") from None
+        except ListenError as exc:
+            for failure in exc.failures:
+                self.stderr.write(failure)
+            raise CommandError(
+                "the Edge cannot listen (is another Edge already running on these ports? "
+                "stop it, or change the listen addresses in the config)"
+            ) from None
