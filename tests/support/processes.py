@@ -60,8 +60,10 @@ def migrated_template() -> Path:
 class Proc:
     """A child process with its output in a log file."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
-        self.name, self.argv, self.env, self.log = name, argv, env, log
+    def __init__(
+        self, name: str, argv: list[str], env: dict[str, str], log: Path, cwd: Path = ROOT
+    ) -> None:
+        self.name, self.argv, self.env, self.log, self.cwd = name, argv, env, log, cwd
         self.popen: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -69,7 +71,7 @@ class Proc:
         try:
             self.popen = subprocess.Popen(
                 self.argv,
-                cwd=ROOT,
+                cwd=self.cwd,
                 env=self.env,
                 stdout=handle,
                 stderr=subprocess.STDOUT,

@@ -1,0 +1,240 @@
+"""Run the command blocks of docs/journeys.md as written, against an Edge set up as `make run`.
+
+A block is a fenced ``sh journey=NAME`` block. The only changes made to its text: the example
+ports (7700, 7701, 8080) become this Edge's free ports and ``EDGE_HOST`` becomes 127.0.0.1.
+Edge-side commands run in a working directory where ``.venv`` and ``manage.py`` are the
+project's, with the database and ``var/`` of this Edge only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.support.processes import (
+    EDGE_YAML,
+    ROOT,
+    Proc,
+    child_env,
+    free_port,
+    migrated_template,
+)
+
+JOURNEYS_MD = ROOT / "docs" / "journeys.md"
+EXAMPLE_PORTS = {"edge": 7700, "admin": 7701, "openai": 8080}
+BLOCK = re.compile(r"^```sh journey=([\w-]+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+COMMAND_TIMEOUT_S = 120.0
+START_TIMEOUT_S = 30.0
+
+
+def journey_blocks(path: Path = JOURNEYS_MD) -> dict[str, str]:
+    """Every ``sh journey=NAME`` block of the page, by name."""
+    return {name: body for name, body in BLOCK.findall(path.read_text())}
+
+
+def source_checkout(target: Path) -> Path:
+    """A copy of the tracked files of this checkout (what a fresh clone holds)."""
+    files = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, check=True, capture_output=True
+    ).stdout.split(b"\0")
+    for name in filter(None, files):
+        source = ROOT / name.decode()
+        if source.is_file():
+            (target / name.decode()).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name.decode())
+    return target
+
+
+class JourneyEdge:
+    """An Edge started the way `make run` starts it (catalog imported once, tokens minted into
+    the catalog, ``runedge`` without ``--config``), its local Node, and the commands of the
+    journeys run in its working directory."""
+
+    def __init__(
+        self,
+        directory: Path,
+        extra_providers: list[dict[str, Any]],
+        extra_models: list[dict[str, Any]],
+    ) -> None:
+        self.dir = directory
+        self.work = directory / "edge-checkout"
+        self.work.mkdir(parents=True)
+        (self.work / ".venv").symlink_to(ROOT / ".venv")
+        (self.work / "manage.py").symlink_to(ROOT / "manage.py")
+        (self.work / "var").mkdir()
+        self.ports = {role: free_port() for role in EXAMPLE_PORTS}
+        self.db = directory / "edge.sqlite3"
+        shutil.copyfile(migrated_template(), self.db)
+        self.env = child_env(
+            {"DATABASE_URL": f"sqlite:///{self.db}", "IOP_VAR_DIR": str(self.work / "var")}
+        )
+        self.config = directory / "edge.yaml"
+        self.config.write_text(self._example(extra_providers, extra_models))
+        self.tokens: dict[str, str] = {}
+        self.edge: Proc | None = None
+        self.local_node: Proc | None = None
+        self.procs: list[Proc] = []
+
+    # --- the documented commands -------------------------------------------------------------
+
+    def substitute(self, text: str) -> str:
+        for role, port in EXAMPLE_PORTS.items():
+            text = text.replace(f":{port}", f":{self.ports[role]}")
+        return text.replace("EDGE_HOST", "127.0.0.1")
+
+    def run(self, script: str, cwd: Path | None = None) -> str:
+        """Run shell text with this Edge's environment; its stdout; fail with its output."""
+        done = subprocess.run(
+            ["bash", "-e", "-o", "pipefail", "-c", self.substitute(script)],
+            cwd=cwd or self.work,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+        )
+        if done.returncode != 0:
+            raise AssertionError(
+                f"exit {done.returncode}:\n{script}\n--- stdout\n{done.stdout}\n"
+                f"--- stderr\n{done.stderr}"
+            )
+        return done.stdout
+
+    def json_lines(self, output: str) -> list[dict[str, Any]]:
+        """The JSON reports printed by the block's curl commands, in order."""
+        decoder = json.JSONDecoder()
+        reports, index = [], output.find("{")
+        while index != -1:
+            report, end = decoder.raw_decode(output, index)
+            reports.append(report)
+            index = output.find("{", end)
+        return reports
+
+    def service(self, name: str, command: str, cwd: Path, env: dict[str, str]) -> Proc:
+        """Start one long-running command line of a block (a Node) as a child process."""
+        argv = ["bash", "-c", "exec " + self.substitute(command)]
+        proc = Proc(name, argv, env, self.dir / f"{name}.log", cwd)
+        proc.start()
+        self.procs.append(proc)
+        return proc
+
+    # --- the Edge as `make run` runs it --------------------------------------------------------
+
+    def first_run(self) -> dict[str, str]:
+        """What `make run` does once: import the example, mint tokens into the catalog."""
+        manage = ".venv/bin/python manage.py "
+        self.run(manage + f"iop_config import --if-empty {self.config}")
+        node = json.loads(self.run(manage + "iop_token --json --node node-local"))
+        client = json.loads(
+            self.run(
+                manage + "iop_token --json --principal app-notebook --principal-ref team-research"
+            )
+        )
+        (self.work / "var" / "node-token").write_text(node["token"])
+        (self.work / "var" / "node.yaml").write_text(
+            "node_id: node-local\n"
+            f"edge_url: ws://127.0.0.1:{self.ports['edge']}/ws/node\n"
+            "token: {file: node-token}\n"
+        )
+        return {"node": node["token"], "client": client["token"]}
+
+    def start(self) -> None:
+        """Start ``runedge`` and wait for its ready line (the log is appended across starts)."""
+        seen = len(self.edge_log())
+        self.edge = Proc(
+            "edge",
+            [sys.executable, "manage.py", "runedge"],
+            self.env,
+            self.dir / "edge.log",
+            self.work,
+        )
+        self.edge.start()
+        wait_for(
+            lambda: "IOP Edge ready" in self.edge_log()[seen:],
+            START_TIMEOUT_S,
+            "the Edge ready",
+            check=lambda: self.edge is not None and self.edge.alive(),
+            log=self.edge_log,
+        )
+
+    def start_local_node(self) -> None:
+        argv = [sys.executable, "-m", "nodes.agent.main", "--config", "var/node.yaml"]
+        self.local_node = Proc("node-local", argv, self.env, self.dir / "node-local.log", self.work)
+        self.local_node.start()
+        self.procs.append(self.local_node)
+
+    def stop_edge(self) -> int:
+        """SIGTERM (the drain), wait for the exit; the exit status."""
+        assert self.edge is not None and self.edge.popen is not None
+        popen = self.edge.popen
+        self.edge.stop()
+        return int(popen.returncode)
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+        if self.edge is not None:
+            self.edge.stop()
+
+    def edge_log(self) -> str:
+        path = self.dir / "edge.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    # --- observation ---------------------------------------------------------------------------
+
+    def pool(self) -> dict[str, Any]:
+        url = f"http://127.0.0.1:{self.ports['admin']}/pool"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return json.loads(resp.read())  # type: ignore[no-any-return]
+
+    def provider(self, provider_id: str) -> dict[str, Any] | None:
+        rows = [p for p in self.pool()["providers"] if p["provider_id"] == provider_id]
+        return rows[0] if rows else None
+
+    def wait_provider(self, provider_id: str, done: Callable[[dict[str, Any] | None], bool],
+                      what: str) -> None:  # fmt: skip
+        wait_for(lambda: done(self.provider(provider_id)), START_TIMEOUT_S, what, log=self.logs)
+
+    def logs(self) -> str:
+        parts = [f"--- edge ---\n{self.edge_log()}"]
+        for proc in self.procs:
+            if proc.log.exists():
+                parts.append(f"--- {proc.name} ---\n{proc.log.read_text(errors='replace')}")
+        return "\n".join(parts)[-8000:]
+
+    def _example(
+        self, extra_providers: list[dict[str, Any]], extra_models: list[dict[str, Any]]
+    ) -> str:
+        """configs/edge.yaml on this Edge's ports, plus the test's own providers on node-local."""
+        document = yaml.safe_load(self.substitute(EDGE_YAML.read_text()))
+        document["edge"]["bootstrap_dir"] = str(self.dir / "bootstrap")
+        document["nodes"][0]["providers"].extend(extra_providers)
+        document["models"].extend(extra_models)
+        return yaml.safe_dump(document, sort_keys=False)
+
+
+def wait_for(
+    done: Callable[[], bool],
+    timeout: float,
+    what: str,
+    *,
+    check: Callable[[], bool] | None = None,
+    log: Callable[[], str] | None = None,
+) -> None:
+    """Poll ``done`` until it holds; AssertionError after ``timeout`` or when ``check`` fails."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if check is not None and not check():
+            raise AssertionError(f"{what}: the process exited\n{log() if log else ''}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout}s\n{log() if log else ''}")
+        time.sleep(0.05)
