@@ -103,7 +103,7 @@ def test_managed_mode_reports_every_problem_at_once(tmp_path):
 )
 def test_replay_cache_must_be_a_bounded_integer(tmp_path, size, message):
     plane = keys(tmp_path) | {"replay_cache_size": size}
-    errors = errors_of(base(edge_url="wss://e/ws", credential_plane=plane), tmp_path)
+    errors = errors_of(base(edge_url="wss://e/ws/node", credential_plane=plane), tmp_path)
     assert errors == [f"credential_plane.replay_cache_size: {message}"]
 
 
@@ -122,7 +122,7 @@ def test_missing_keys_and_non_mapping_documents():
 
 
 def test_tls_ca_file_must_exist(tmp_path):
-    errors = errors_of(base(edge_url="wss://e/ws", tls={"ca_file": "ca.pem"}), tmp_path)
+    errors = errors_of(base(edge_url="wss://e/ws/node", tls={"ca_file": "ca.pem"}), tmp_path)
     assert errors == ["tls.ca_file: file not found: ca.pem"]
 
 
@@ -135,3 +135,10 @@ def test_unreadable_or_invalid_yaml_file(tmp_path):
     with pytest.raises(NodeConfigError) as err:
         load_config(bad)
     assert err.value.errors[0].startswith("(file): not valid YAML")
+
+
+def test_an_edge_url_without_the_node_path_is_refused_with_the_fix():
+    """A wrong path would only ever be refused by the Edge: say so at load."""
+    assert errors_of(base(edge_url="ws://edge.example:7700/")) == [
+        "edge_url: the path must end in /ws/node (ws://EDGE_HOST:PORT/ws/node)"
+    ]

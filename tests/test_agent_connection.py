@@ -100,7 +100,8 @@ async def test_refused_credentials_are_logged_and_retried_without_crashing(
     wrong = "wrong-token-value-42"
     async with running_node(fake_edge, tmp_path, token=wrong) as client:
         await fake_edge.wait_refused(3)
-        assert "refused this node (HTTP 403)" in caplog.text
+        assert "the Edge refused node node-test (HTTP 403)" in caplog.text
+        assert "not in the Edge's running revision" in caplog.text
         assert client.generation is None
         fake_edge.token = wrong  # the operator fixes the Edge side; the Node is still trying
         conn = await fake_edge.next_connection()

@@ -84,11 +84,26 @@ def test_invalid_config_exits_2_and_lists_every_error(tmp_path, capsys):
     assert "literal-token-value" not in err
 
 
-def test_check_flag_validates_and_exits_0(tmp_path, capsys):
+def test_check_flag_validates_and_exits_0(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("X", "a-node-token")
     good = tmp_path / "node.yaml"
     good.write_text("node_id: n\nedge_url: ws://127.0.0.1:1/ws/node\ntoken: {env: X}\n")
     assert main(["--config", str(good), "--check"]) == 0
     assert "ok" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("check", [["--check"], []])
+def test_a_token_that_does_not_resolve_exits_2_instead_of_retrying(
+    tmp_path, capsys, monkeypatch, check
+):
+    """``--check`` resolves the token, and a Node without one never dials (docs/node.md)."""
+    monkeypatch.delenv("IOP_NODE_TOKEN_UNSET", raising=False)
+    path = tmp_path / "node.yaml"
+    path.write_text(
+        "node_id: n\nedge_url: ws://127.0.0.1:1/ws/node\ntoken: {env: IOP_NODE_TOKEN_UNSET}\n"
+    )
+    assert main(["--config", str(path), *check]) == 2
+    assert "token: environment variable IOP_NODE_TOKEN_UNSET is not set" in capsys.readouterr().err
 
 
 def test_the_agent_imports_nothing_from_django():

@@ -78,17 +78,20 @@ def online(runtime: EdgeRuntime, provider_id: str) -> bool:
     return status[provider_id].online
 
 
-async def test_bad_token_is_refused_before_accept(runtime):
+async def test_bad_token_is_refused_before_accept_and_the_log_says_why(runtime, caplog):
     comm = communicator(runtime, token="not-the-token")
     connected, _ = await comm.connect(timeout=5)
     assert not connected
     assert runtime.hub.sessions == {}
+    assert "node node-a refused: its token does not match" in caplog.text
+    assert "not-the-token" not in caplog.text
 
 
-async def test_unknown_node_is_refused_before_accept(runtime):
+async def test_unknown_node_is_refused_before_accept_and_the_log_says_why(runtime, caplog):
     comm = communicator(runtime, node_id="node-zzz")
     connected, _ = await comm.connect(timeout=5)
     assert not connected
+    assert "node 'node-zzz' refused: it is not in the running revision" in caplog.text
 
 
 async def test_register_response_carries_the_nodes_own_payload_provider_first(runtime):

@@ -117,6 +117,8 @@ def test_404_model_not_found(oai: openai.OpenAI) -> None:
             model="no-such-model", messages=[{"role": "user", "content": "x"}]
         )
     assert caught.value.code == "model_not_found"
+    assert caught.value.param == "model"  # docs/http-api.md
+    assert "GET /v1/models" in caught.value.message
 
 
 def test_400_unsupported_operation_when_no_provider_has_the_capability(
@@ -129,9 +131,10 @@ def test_400_unsupported_operation_when_no_provider_has_the_capability(
         )
     assert caught.value.body == {
         "type": "error",
-        "error": {  # the Anthropic shape
+        "error": {  # the Anthropic shape; the message names the missing capability
             "type": "invalid_request_error",
-            "message": ERRORS["unsupported_operation"].message,
+            "message": 'no provider of the model "gpt-test" has the capabilities this request '
+            "needs (messages); use another model (GET /v1/models lists the models)",
         },
     }
     assert stack.upstream().server.requests == []

@@ -198,10 +198,38 @@ async def test_unreadable_requests_answer_400_saying_why(edge, body, query, cont
     assert needle in answer["errors"][0]["message"]
 
 
-async def test_a_body_over_the_limit_answers_413(edge, monkeypatch):
+async def test_a_body_over_the_limit_answers_413_request_too_large(edge, monkeypatch):
+    """The control listener names an oversized body as the API does (docs/http-api.md)."""
     monkeypatch.setattr(endpoint, "MAX_BODY_BYTES", 1024)
-    status, _ = await call(handler(edge), b"x" * 4096, chunk=512)
-    assert status == 413
+    status, body = await call(handler(edge), b"x" * 4096, chunk=512)
+    assert status == 413 and body["error"]["code"] == "request_too_large"
+
+
+async def test_mode_stage_records_a_restart_required_change_for_the_next_start(edge):
+    """R-REF-2: a restart-required candidate refused by apply can be staged from the shell."""
+    active = await ConfigRevision.objects.aget(is_active=True)
+    document = edge.snapshot.document
+    document["admin"]["listen"] = "127.0.0.1:7799"
+    text = yaml.safe_dump(document).encode()
+    status, body = await call(
+        handler(edge), text, query="mode=stage", content_type="application/yaml"
+    )
+    assert status == 200 and body["outcome"] == "staged", body
+    assert body["restart_required_paths"] == ["admin.listen"]
+    assert (body["parent"], body["active"]) == (active.pk, active.pk)
+    staged = await ConfigRevision.objects.aget(pk=body["revision"])
+    assert staged.state == ConfigRevision.State.STAGED
+    assert edge.snapshot.admin_listen.port == 7701  # nothing applied
+
+
+async def test_every_report_names_the_active_revision_refusals_included(edge):
+    """R-REF-1: an invalid candidate's report still says which revision runs."""
+    active = await ConfigRevision.objects.aget(is_active=True)
+    document = edge.snapshot.document
+    provider(document, "vllm-local")["capacity"] = 0
+    for mode in ("dry_run", "apply", "stage"):
+        status, body = await call(handler(edge), envelope(mode, document))
+        assert status == 400 and body["active"] == active.pk, (mode, body)
 
 
 # --- R-REF-6 -------------------------------------------------------------------------------------

@@ -77,7 +77,7 @@ async def dispatch(
     try:
         lease = await admit()
     except PoolError as exc:
-        raise from_pool_error(exc) from None
+        raise from_pool_error(exc, request.model, request.needs) from None
     gate = (admit, deadline) if request.stream and snapshot.stream_evidence_gate.enabled else None
     while True:
         attempt = Attempt(runtime, lease, window)

@@ -53,7 +53,10 @@ ERRORS: dict[str, Row] = {
     ),
     "not_found": Row(404, "invalid_request_error", "not_found_error", "not found"),
     "model_not_found": Row(
-        404, "invalid_request_error", "not_found_error", "the requested model does not exist"
+        404,
+        "invalid_request_error",
+        "not_found_error",
+        "the requested model does not exist; GET /v1/models lists the models",
     ),
     "method_not_allowed": Row(
         405, "invalid_request_error", "invalid_request_error", "method not allowed"
@@ -122,9 +125,25 @@ class HttpError(Exception):
         return []
 
 
-def from_pool_error(exc: PoolError) -> HttpError:
-    """Map a pool refusal (its ``code`` is already a table row) to the HTTP error."""
+MODELS_HINT = "GET /v1/models lists the models"
+
+
+def from_pool_error(
+    exc: PoolError, model: str | None = None, needs: frozenset[str] = frozenset()
+) -> HttpError:
+    """Map a pool refusal (its ``code`` is already a table row) to the HTTP error; refusals
+    about the model name it (``param`` ``model``) and say what to do next."""
     code = exc.code if exc.code in ERRORS else "no_available_provider"
+    shown = json.dumps((model or "")[:100])
+    if code == "model_not_found":
+        return HttpError(code, f"the model {shown} does not exist; {MODELS_HINT}", "model")
+    if code == "unsupported_operation" and needs:
+        wanted = ", ".join(sorted(needs))
+        message = (
+            f"no provider of the model {shown} has the capabilities this request needs "
+            f"({wanted}); use another model ({MODELS_HINT})"
+        )
+        return HttpError(code, message, "model")
     return HttpError(code, str(exc) or None)
 
 
