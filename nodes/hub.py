@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import itertools
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -74,6 +75,9 @@ class NodeHub:
         self.sessions: dict[str, NodeSession] = {}
         self._generations = itertools.count(1)
         self._run_ids = itertools.count(1)
+        # Ids derived from run ids (chatcmpl-...) stay unique across restarts: a random
+        # prefix per Edge process (docs/http-api.md).
+        self._boot = secrets.token_hex(4)
         self._tasks: set[asyncio.Task[None]] = set()
         self.open_channels: set[RunChannel] = set()  # opened and not yet closed by the request
         self._heartbeat: asyncio.Task[None] | None = None
@@ -248,7 +252,7 @@ class NodeHub:
         session = self.sessions.get(lease.node_id)
         if session is None or session.state != READY:
             raise NodeUnavailable(lease.node_id)
-        run_id = f"r{next(self._run_ids):x}"
+        run_id = f"r{self._boot}{next(self._run_ids):x}"
         transport = session.transport
 
         def grant(chars: int) -> None:

@@ -466,3 +466,20 @@ async def test_r_in_6_a_nodes_huge_or_negative_usage_is_counted_as_zero_with_a_l
     assert "out of range; counted as 0" in caplog.text
     runtime.pool.release(lease)
     await comm.disconnect()
+
+
+async def test_run_ids_differ_between_two_edge_processes():
+    """Ids derived from run ids (``chatcmpl-<run id>``) never repeat after a restart."""
+    ids = []
+    for _ in range(2):
+        runtime = EdgeRuntime(load_snapshot(two_node_document()))  # one Edge process each
+        comm = communicator(runtime)
+        await make_ready(comm)
+        await settle(comm)
+        lease, _ = await run_on(runtime)
+        request = await receive(comm)
+        ids.append(request.run_id)
+        runtime.pool.release(lease)
+        await comm.disconnect()
+        await runtime.aclose()
+    assert ids[0] != ids[1]

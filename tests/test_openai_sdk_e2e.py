@@ -80,6 +80,7 @@ def test_non_stream_chat_returns_the_upstream_answer(stack: Stack, oai: openai.O
     )
     assert reply.choices[0].message.content == stack.upstream().server.reply_text
     assert reply.usage is not None and reply.usage.prompt_tokens == 11
+    assert reply.model == "gpt-test"  # the name the client asked for, not the served one
     (sent,) = upstream_requests(stack, "/v1/chat/completions")
     assert sent.json["model"] == "served-gpt"  # R-CFG-2: the served name goes upstream
     assert sent.headers["authorization"] == f"Bearer {PROVIDER_KEY}"
@@ -93,6 +94,7 @@ def test_streamed_chat_text_equals_the_upstream_text(stack: Stack, oai: openai.O
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == stack.upstream().server.reply_text
     assert chunks[-1].usage is not None  # include_usage was asked for, so usage is metered
+    assert {c.model for c in chunks} == {"gpt-test"}  # every chunk names the asked model
     (sent,) = upstream_requests(stack, "/v1/chat/completions")
     assert sent.json["stream_options"] == {"include_usage": True}
 
@@ -130,11 +132,11 @@ def test_a_tool_call_round_trip(stack: Stack, oai: openai.OpenAI) -> None:
 def test_responses_stream_and_not(stack: Stack, oai: openai.OpenAI) -> None:
     reply = oai.responses.create(model="gpt-test", input="hello")
     assert reply.output_text == stack.upstream().server.reply_text
-    deltas = [
-        e.delta
-        for e in oai.responses.create(model="gpt-test", input="hi", stream=True)
-        if e.type == "response.output_text.delta"
-    ]
+    assert reply.model == "gpt-test"
+    events = list(oai.responses.create(model="gpt-test", input="hi", stream=True))
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    named = {e.response.model for e in events if hasattr(e, "response")}
+    assert named == {"gpt-test"}
     assert "".join(deltas) == stack.upstream().server.reply_text
     assert [r.json["model"] for r in upstream_requests(stack, "/v1/responses")] == [
         "served-gpt",
@@ -147,11 +149,14 @@ def test_anthropic_messages_stream_and_not(stack: Stack, ant: anthropic.Anthropi
         model="claude-test", max_tokens=64, messages=[{"role": "user", "content": "hello"}]
     )
     assert reply.content[0].text == stack.upstream().server.reply_text  # type: ignore[union-attr]
+    assert reply.model == "claude-test"
     with ant.messages.stream(
         model="claude-test", max_tokens=64, messages=[{"role": "user", "content": "hello"}]
     ) as stream:
         text = "".join(stream.text_stream)
+        final = stream.get_final_message()
     assert text == stack.upstream().server.reply_text
+    assert final.model == "claude-test"  # from the stream's message_start
     sent = upstream_requests(stack, "/v1/messages")
     assert [r.json["model"] for r in sent] == ["served-claude", "served-claude"]
     assert sent[0].headers["x-api-key"] == PROVIDER_KEY  # the profile's auth header

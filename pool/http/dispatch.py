@@ -34,6 +34,7 @@ from pool.http.failover import (
     verdict_of,
 )
 from pool.http.gated import Admit, gated_source
+from pool.http.naming import ModelNames
 from pool.http.operations import ParsedRequest
 from pool.http.plane import DataPlane
 from pool.http.relay import Exchange, relay_stream, relay_whole
@@ -125,15 +126,16 @@ async def _attempt(
         if opened is None:  # answered here: nothing to run
             return None, verdict
         source, target = opened
+        names = ModelNames(request.model)  # the name the client asked for (docs/http-api.md)
         try:
             if not request.stream:
-                end = await relay_whole(source, ex, silence_s=target.silence_s)
+                end = await relay_whole(source, ex, silence_s=target.silence_s, names=names)
             else:
                 if gate is not None:
                     source = gated_source(
                         source, attempt, request, forward_headers, target_of, ex, *gate
                     )
-                end = await relay_stream(source, ex, silence_s=target.silence_s)
+                end = await relay_stream(source, ex, silence_s=target.silence_s, names=names)
         except RunFailed as failed:
             verdict = verdict_of(failed.error)
             return failed, verdict

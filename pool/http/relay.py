@@ -14,6 +14,7 @@ from edgekit.http import Receive, Send
 from nodes import wire
 from pool.http.body import ClientGone
 from pool.http.errors import HttpError, error_json, from_run_error, stream_error_event
+from pool.http.naming import ModelNames
 
 
 class RunSource(Protocol):
@@ -142,7 +143,12 @@ class Exchange:
 MAX_WHOLE_BODY_CHARS = 64 * 1024 * 1024  # a non-stream answer is buffered: bound it
 
 
-async def relay_whole(channel: RunSource, ex: Exchange, silence_s: float = 600.0) -> wire.RunEnd:
+async def relay_whole(
+    channel: RunSource,
+    ex: Exchange,
+    silence_s: float = 600.0,
+    names: ModelNames | None = None,
+) -> wire.RunEnd:
     """A non-stream run: the Node's output is the response body, sent once the run ends ok."""
     parts: list[str] = []
     size = 0
@@ -158,14 +164,19 @@ async def relay_whole(channel: RunSource, ex: Exchange, silence_s: float = 600.0
         ex.usage = item.usage
         if not item.ok:
             raise from_run_error(item.error, _run_label(channel))
-        body = "".join(parts).encode()
+        text = "".join(parts)
+        body = (names.whole(text) if names is not None else text).encode()
         ex.output_bytes = len(body)
         await ex.respond(200, body)
         return item
 
 
 async def relay_stream(
-    channel: RunSource, ex: Exchange, ping_s: float | None = None, silence_s: float = 600.0
+    channel: RunSource,
+    ex: Exchange,
+    ping_s: float | None = None,
+    silence_s: float = 600.0,
+    names: ModelNames | None = None,
 ) -> wire.RunEnd:
     """Relay a streamed run chunk by chunk; chunks already queued go out in one send.
 
@@ -187,12 +198,16 @@ async def relay_stream(
                 else:
                     end = more
                     break
-            body = (parts[0] if len(parts) == 1 else "".join(parts)).encode()
+            text = parts[0] if len(parts) == 1 else "".join(parts)
+            if names is not None:
+                text = names.chunk(text) + (names.flush() if end is not None else "")
+            body = text.encode()
         else:
-            end, body = item, b""
+            end, body = item, (names.flush().encode() if names is not None else b"")
         if end is None:
             await ex.open_stream()
-            await ex.chunk(body, True)
+            if body:
+                await ex.chunk(body, True)
             channel.hold()
             await ex.drained(silence_s)  # R-IN-5: no more from the Node until the client reads
             channel.release()
