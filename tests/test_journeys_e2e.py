@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -23,13 +24,28 @@ from typing import Any
 
 import pytest
 
-from tests.support.journeys import JourneyEdge, journey_blocks, source_checkout, wait_for
+from tests.support.journeys import (
+    JOURNEYS_MD,
+    JourneyEdge,
+    journey_blocks,
+    source_checkout,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
 BLOCKS = journey_blocks()
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 INSTALL_TIMEOUT_S = 600
 ECHO_CAPACITY = 'nodes["node-local"].providers["echo-cli"].capacity'
+
+
+def admin_labels() -> list[str]:
+    """The labels the admin journey tells the operator to click, in order (``*Label*``)."""
+    text = JOURNEYS_MD.read_text()
+    section = text.split("## Change a capacity from the admin", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"\*([^*]+)\*", section)
 
 
 def gate_provider(gate: Path) -> dict[str, Any]:
@@ -200,12 +216,58 @@ def test_changing_a_capacity_from_the_shell_applies_it_live(edge: JourneyEdge) -
     edge.wait_provider("echo-cli", lambda row: bool(row and row["capacity"] == 3), "capacity 3")
 
 
+@pytest.mark.browser
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium")
+def test_changing_a_capacity_from_the_admin_follows_the_documented_clicks(
+    edge: JourneyEdge,
+) -> None:
+    """The page's admin steps, clicked by their labels in a real browser: the catalog edit,
+    a revision from it, its dry-run and a live apply (R-REF-1, R-REF-3)."""
+    from playwright.sync_api import sync_playwright
+
+    labels = admin_labels()
+    assert labels == [
+        "Providers", "echo-cli", "Capacity", "Save",
+        "Config revisions", "Create revision from catalog", "Apply live",
+    ]  # fmt: skip
+    providers, provider, capacity, save, revisions, create, apply = labels
+    base = f"http://127.0.0.1:{edge.ports['openai']}"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(15_000)
+            page.goto(base + "/admin/")
+            page.fill("#id_username", "admin")
+            page.fill("#id_password", edge.tokens["admin"])
+            page.click("input[type=submit]")
+            page.get_by_role("link", name=providers, exact=True).first.click()
+            page.get_by_role("link", name=provider, exact=True).click()
+            assert "/change/" in page.url, page.url + page.inner_text("body")[:3000]
+            page.get_by_label(re.compile(rf"^{capacity}:?$")).fill("4")  # Django adds ":"
+            page.get_by_role("button", name=save, exact=True).click()
+            page.goto(base + "/admin/")
+            page.get_by_role("link", name=revisions, exact=True).first.click()
+            page.get_by_role("button", name=create).click()
+            assert ECHO_CAPACITY in page.content()
+            page.get_by_role("button", name=apply).click()
+            assert "Applied revision" in page.locator(".messagelist").inner_text()
+        finally:
+            browser.close()
+    edge.wait_provider("echo-cli", lambda row: bool(row and row["capacity"] == 4), "capacity 4")
+
+
 def test_rolling_back_applies_the_previous_revision(edge: JourneyEdge) -> None:
-    """``export --revision previous`` and an apply bring the capacity back (R-REF-3)."""
+    """``export --revision previous`` and an apply undo the last change (R-REF-3)."""
+    before = edge.provider("echo-cli")
+    assert before is not None
     dry, applied = edge.json_lines(edge.run(BLOCKS["rollback"]))
     assert ECHO_CAPACITY in dry["live_paths"]
     assert applied["outcome"] == "applied", applied
-    edge.wait_provider("echo-cli", lambda row: bool(row and row["capacity"] == 2), "capacity 2")
+    edge.wait_provider(
+        "echo-cli", lambda row: bool(row and row["capacity"] == 3), "the capacity before"
+    )
+    assert before["capacity"] in (3, 4)  # 4 after the admin journey, 3 when it was skipped
 
 
 def test_removing_a_node_takes_it_out_at_the_restart(edge: JourneyEdge) -> None:

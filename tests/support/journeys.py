@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -34,6 +35,7 @@ JOURNEYS_MD = ROOT / "docs" / "journeys.md"
 EXAMPLE_PORTS = {"edge": 7700, "admin": 7701, "openai": 8080}
 BLOCK = re.compile(r"^```sh journey=([\w-]+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 COMMAND_TIMEOUT_S = 120.0
+ADMIN_USER = ("--username", "admin", "--email", "admin@localhost")
 START_TIMEOUT_S = 30.0
 
 
@@ -145,7 +147,25 @@ class JourneyEdge:
             f"edge_url: ws://127.0.0.1:{self.ports['edge']}/ws/node\n"
             "token: {file: node-token}\n"
         )
-        return {"node": node["token"], "client": client["token"]}
+        password = secrets.token_urlsafe(12)
+        subprocess.run(
+            [
+                sys.executable,
+                "manage.py",
+                "createsuperuser",
+                "--noinput",
+                "--username",
+                "admin",
+                "--email",
+                "admin@localhost",
+            ],
+            cwd=self.work,
+            env={**self.env, "DJANGO_SUPERUSER_PASSWORD": password},
+            check=True,
+            capture_output=True,
+            timeout=COMMAND_TIMEOUT_S,
+        )
+        return {"node": node["token"], "client": client["token"], "admin": password}
 
     def start(self) -> None:
         """Start ``runedge`` and wait for its ready line (the log is appended across starts)."""
