@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from catalog.config.rules.example_tokens import ALLOW_ENV as ALLOW_EXAMPLE_HASHES
 from tests.support.processes import (
     EDGE_YAML,
     ROOT,
@@ -80,6 +81,7 @@ class JourneyEdge:
         self.env = child_env(
             {"DATABASE_URL": f"sqlite:///{self.db}", "IOP_VAR_DIR": str(self.work / "var")}
         )
+        self.env.pop(ALLOW_EXAMPLE_HASHES, None)  # an operator's Edge, not the test suite's
         self.config = directory / "edge.yaml"
         self.config.write_text(self._example(extra_providers, extra_models))
         self.tokens: dict[str, str] = {}
@@ -132,15 +134,19 @@ class JourneyEdge:
     # --- the Edge as `make run` runs it --------------------------------------------------------
 
     def first_run(self) -> dict[str, str]:
-        """What `make run` does once: import the example, mint tokens into the catalog."""
+        """What `make run` does once: mint tokens, import the example with their hashes in
+        place of its example ones, create the admin login."""
         manage = ".venv/bin/python manage.py "
+        node = json.loads(self.run(manage + "iop_token --json"))
+        client = json.loads(self.run(manage + "iop_token --json"))
+        document = yaml.safe_load(self.config.read_text())
+        document["nodes"][0]["token_hash_sha256"] = node["sha256"]
+        for entry in document["openai"]["principal_tokens"]:
+            entry["token_hash_sha256"] = client["sha256"]
+            break
+        document["openai"]["principal_tokens"] = document["openai"]["principal_tokens"][:1]
+        self.config.write_text(yaml.safe_dump(document, sort_keys=False))
         self.run(manage + f"iop_config import --if-empty {self.config}")
-        node = json.loads(self.run(manage + "iop_token --json --node node-local"))
-        client = json.loads(
-            self.run(
-                manage + "iop_token --json --principal app-notebook --principal-ref team-research"
-            )
-        )
         (self.work / "var" / "node-token").write_text(node["token"])
         (self.work / "var" / "node.yaml").write_text(
             "node_id: node-local\n"
