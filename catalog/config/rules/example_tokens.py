@@ -17,6 +17,7 @@ from catalog.config.errors import Issues
 from catalog.config.rules.context import Context
 
 ALLOW_ENV = "IOP_ALLOW_EXAMPLE_TOKEN_HASHES"
+MANAGE = ".venv/bin/python manage.py"  # the project's venv (README)
 
 _WORDS = (
     "",
@@ -46,7 +47,7 @@ def check_example_token_hashes(ctx: Context, issues: Issues) -> None:
     for node in ctx.parsed.nodes:
         word = _well_known(node.item.raw.get("token_hash_sha256"))
         if word is not None:
-            how = f".venv/bin/python manage.py iop_token --node {node.item.raw_id or 'NODE_ID'}"
+            how = f"{MANAGE} iop_token --node {node.item.raw_id or 'NODE_ID'}"
             issues.add((*node.item.path, "token_hash_sha256"), _message(word, how))
     entries = ctx.parsed.raw_sections["openai"].get("principal_tokens")
     for index, entry in enumerate(entries if isinstance(entries, list) else []):
@@ -55,7 +56,7 @@ def check_example_token_hashes(ctx: Context, issues: Issues) -> None:
         word = _well_known(entry.get("token_hash_sha256"))
         if word is not None:
             ref = entry.get("token_ref") if isinstance(entry.get("token_ref"), str) else "REF"
-            how = f".venv/bin/python manage.py iop_token --principal {ref} --principal-ref PRINCIPAL"
+            how = f"{MANAGE} iop_token --principal {ref} --principal-ref PRINCIPAL"
             path = ("openai", "principal_tokens", index, "token_hash_sha256")
             issues.add(path, _message(word, how))
 
