@@ -224,7 +224,7 @@ def test_a_node_with_a_wrong_token_keeps_retrying_and_never_comes_online(stack: 
         child_env({"IOP_NODE_TOKEN": wrong}),
         stack.dir / "impostor.log",
     )
-    refusals = "the Edge refused this node (HTTP 403)"
+    refusals = "the Edge refused node node-b (HTTP 403)"
     edge_log = LogTail(stack.dir / "edge.log")
     impostor.start()
     try:
@@ -239,7 +239,9 @@ def test_a_node_with_a_wrong_token_keeps_retrying_and_never_comes_online(stack: 
         impostor.stop()
     impostor_lines = impostor.log.read_text()
     assert "ready: generation" not in impostor_lines
-    assert "node node-b generation" not in edge_log.new()  # no session ever became ready
+    edge_lines = edge_log.new()
+    assert "node node-b generation" not in edge_lines  # no session ever became ready
+    assert "node node-b refused: its token does not match" in edge_lines  # the Edge says why
     everything = stack.logs() + impostor_lines
     assert wrong not in everything
     assert node_token(stack, A) not in everything and node_token(stack, B) not in everything
