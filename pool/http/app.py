@@ -17,7 +17,7 @@ from catalog.config import EdgeSnapshot
 from pool.http.auth import Caller
 from pool.http.body import ClientGone, read_body
 from pool.http.dispatch import dispatch
-from pool.http.errors import HttpError
+from pool.http.errors import HttpError, model_not_found
 from pool.http.limits import RateLimited, Ticket, TokenLimiter
 from pool.http.metrics import metrics_response, scrape_allowed
 from pool.http.operations import ENDPOINTS, Endpoint, ParsedRequest, Target, parse_request
@@ -112,7 +112,7 @@ class OpenAIApp:
         request = parse_request(endpoint, body)
         meta.request = request
         if not caller.may_use(request.model):  # R-PRIN-1: the answer an unknown group gets
-            raise HttpError("model_not_found")
+            raise model_not_found(request.model)
         if request.model in tables.snapshot.models:
             meta.model_group = request.model
         if request.model in tables.translating:  # R-XLATE-1: admission counts translations
@@ -159,7 +159,7 @@ class OpenAIApp:
         model = path[len(MODELS_PREFIX) :]
         body = tables.model_bodies.get(model)
         if body is None or not caller.may_use(model):
-            raise HttpError("model_not_found", param="model")
+            raise model_not_found(model)
         await ex.respond(200, body)
 
     async def _metrics(self, scope: dict[str, Any], send: Any) -> None:

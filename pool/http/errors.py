@@ -128,15 +128,27 @@ class HttpError(Exception):
 MODELS_HINT = "GET /v1/models lists the models"
 
 
+def _shown(model: str | None) -> str:
+    return json.dumps((model or "")[:100])
+
+
+def model_not_found(model: str | None) -> HttpError:
+    """404 for a model that is not a group, or not one the caller may use: one answer for
+    both (R-PRIN-1), naming the model and the next step."""
+    return HttpError(
+        "model_not_found", f"the model {_shown(model)} does not exist; {MODELS_HINT}", "model"
+    )
+
+
 def from_pool_error(
     exc: PoolError, model: str | None = None, needs: frozenset[str] = frozenset()
 ) -> HttpError:
     """Map a pool refusal (its ``code`` is already a table row) to the HTTP error; refusals
     about the model name it (``param`` ``model``) and say what to do next."""
     code = exc.code if exc.code in ERRORS else "no_available_provider"
-    shown = json.dumps((model or "")[:100])
+    shown = _shown(model)
     if code == "model_not_found":
-        return HttpError(code, f"the model {shown} does not exist; {MODELS_HINT}", "model")
+        return model_not_found(model)
     if code == "unsupported_operation" and needs:
         wanted = ", ".join(sorted(needs))
         message = (
