@@ -1,58 +1,51 @@
-"""The model name the client sees: the one it asked for, never the provider's served name.
+"""The model name the client sees: the one it asked for, never a provider's name.
 
-Upstreams (and the Node's adapters) answer with the served model name (``"model":
-"Qwen/Qwen2.5-7B-Instruct"``); the client asked for a model group (``qwen-local``). The relay
-rewrites the JSON member ``"model": <served>`` to ``"model": <asked>`` in every body and
-stream chunk (chat, Responses and Messages put it at the top level, in ``response`` or in
-``message``: the member is the same text wherever it sits). A member split across two chunks
-is held back until the next chunk; nothing else is ever held (docs/http-api.md).
+Upstreams (and the Node's adapters) answer with their own model name: the served name the
+catalog gives them (``"model": "Qwen/Qwen2.5-7B-Instruct"``) or one of their own (a dated
+snapshot). The client asked for a model group (``qwen-local``). The relay rewrites every JSON
+member ``"model": "<anything>"`` to ``"model": "<asked>"`` in the body and in each stream
+chunk: chat, Responses and Messages put it at the top level, in ``response`` or in
+``message``, and the member reads the same wherever it sits. Text inside a JSON string never
+matches (its quotes are escaped). A member cut between two chunks is held back until the
+next chunk; nothing else is ever held (docs/http-api.md).
 """
 
 from __future__ import annotations
 
 import json
+import re
+
+MEMBER = re.compile(r'"model"\s*:\s*"(?:[^"\\]|\\.)*"')
+# The end of a chunk that may be the start of a member: "m, "model", "model": "Qwen/Qw ...
+PARTIAL = re.compile(r'"(?:m(?:o(?:d(?:e(?:l(?:"\s*(?::\s*(?:"(?:[^"\\]|\\.)*\\?)?)?)?)?)?)?)?)?\Z')
+MAX_HELD = 1024  # a longer "value" is not a model name: pass it on rather than hold it
 
 
 class ModelNames:
-    """Rewrites the served model name to the asked one in relayed text."""
+    """Rewrites the model member of relayed JSON to the name the client asked for."""
 
-    __slots__ = ("_carry", "_longest", "_pairs")
+    __slots__ = ("_carry", "_member")
 
-    def __init__(self, asked: str, served: str) -> None:
-        self._pairs: tuple[tuple[str, str], ...] = ()
-        if asked != served:
-            old, new = json.dumps(served), json.dumps(asked)
-            self._pairs = tuple((f'"model":{sep}{old}', f'"model":{sep}{new}') for sep in ("", " "))
-        self._longest = max((len(old) for old, _ in self._pairs), default=0)
+    def __init__(self, asked: str) -> None:
+        self._member = '"model":' + json.dumps(asked)
         self._carry = ""
 
     def whole(self, text: str) -> str:
         """A complete body."""
-        for old, new in self._pairs:
-            text = text.replace(old, new)
-        return text
+        return MEMBER.sub(self._replace, text) if '"model"' in text else text
 
     def chunk(self, text: str) -> str:
         """The next piece of a stream; a trailing partial member waits for the next piece."""
-        if not self._pairs:
-            return text
-        text = self.whole(self._carry + text)
-        keep = self._partial_tail(text)
-        self._carry = text[len(text) - keep :] if keep else ""
-        return text[: len(text) - keep] if keep else text
+        text = self.whole(self._carry + text)  # complete members first, then the tail
+        held = PARTIAL.search(text, max(0, len(text) - MAX_HELD))
+        cut = held.start() if held is not None else len(text)
+        self._carry = text[cut:]
+        return text[:cut]
 
     def flush(self) -> str:
         """What is still held at the end of the stream."""
         carry, self._carry = self._carry, ""
-        return carry
+        return self.whole(carry)
 
-    def _partial_tail(self, text: str) -> int:
-        """Length of the longest end of ``text`` that is a proper start of a member."""
-        lo = max(0, len(text) - self._longest + 1)
-        start = text.find('"', lo)
-        while start != -1:
-            tail = text[start:]
-            if any(old.startswith(tail) for old, _ in self._pairs):
-                return len(tail)
-            start = text.find('"', start + 1)
-        return 0
+    def _replace(self, _: re.Match[str]) -> str:
+        return self._member
