@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from catalog.config import load_snapshot
+from catalog.config import load_snapshot, parse_text
 from catalog.config.snapshot import ProviderAuth
 from pool.http.auth import AuthTable, Caller, ProviderAuthRule
 from pool.http.errors import HttpError
+from tests.support.processes import EDGE_YAML
 
 APP_TOKEN = "tok-app-a-0123456789"
 BEARER = "tok-legacy-bearer-42"
@@ -135,3 +137,12 @@ def test_managed_mode_refuses_caller_provider_credentials_r_auth_3() -> None:
     assert (caught.value.status, caught.value.code) == (403, "provider_credential_refused")
     assert "sk-caller" not in caught.value.message
     assert managed.forward_headers({}) == ()
+
+
+def test_the_shipped_example_authenticates_without_a_warning(caplog: Any, monkeypatch: Any) -> None:
+    """The quickstart's first request logs nothing about an unset legacy bearer token."""
+    monkeypatch.delenv("IOP_OPENAI_TOKEN", raising=False)
+    example = load_snapshot(parse_text(EDGE_YAML.read_bytes()))
+    with pytest.raises(HttpError):
+        AuthTable(example).authenticate(h(authorization="Bearer not-a-token"), False)
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
