@@ -139,6 +139,6 @@ def test_unreadable_or_invalid_yaml_file(tmp_path):
 
 def test_an_edge_url_without_the_node_path_is_refused_with_the_fix():
     """A wrong path would only ever be refused by the Edge: say so at load."""
-    assert errors_of(base(edge_url="ws://edge.example:7700/")) == [
+    assert errors_of(base(edge_url="ws://127.0.0.1:7700/")) == [
         "edge_url: the path must end in /ws/node (ws://EDGE_HOST:PORT/ws/node)"
     ]

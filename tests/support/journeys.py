@@ -1,7 +1,8 @@
 """Run the command blocks of docs/journeys.md as written, against an Edge set up as `make run`.
 
 A block is a fenced ``sh journey=NAME`` block. The only changes made to its text: the example
-ports (7700, 7701, 8080) become this Edge's free ports and ``EDGE_HOST`` becomes 127.0.0.1.
+ports (7700, 7701, 8080) become this Edge's free ports and ``wss://EDGE_HOST`` becomes
+``ws://127.0.0.1`` (both Nodes run on this machine; TLS is tested on its own).
 Edge-side commands run in a working directory where ``.venv`` and ``manage.py`` are the
 project's, with the database and ``var/`` of this Edge only.
 """
@@ -94,7 +95,7 @@ class JourneyEdge:
     def substitute(self, text: str) -> str:
         for role, port in EXAMPLE_PORTS.items():
             text = text.replace(f":{port}", f":{self.ports[role]}")
-        return text.replace("EDGE_HOST", "127.0.0.1")
+        return text.replace("wss://EDGE_HOST", "ws://127.0.0.1")  # loopback, no TLS
 
     def run(self, script: str, cwd: Path | None = None) -> str:
         """Run shell text with this Edge's environment; its stdout; fail with its output."""
