@@ -288,6 +288,7 @@ def test_a_node_refuses_plain_ws_to_a_remote_host_unless_allowed(tmp_path: Path)
     checked = subprocess.run(
         [sys.executable, "-m", "nodes.agent.main", "--config", str(config), "--check"],
         capture_output=True, text=True, timeout=60,
+        env={**os.environ, "IOP_NODE_TOKEN": "a-node-token"},  # --check resolves the token
     )  # fmt: skip
     assert checked.returncode == 0, checked.stderr
 
