@@ -140,7 +140,8 @@ class Command(BaseCommand):
         if url.startswith(("ws://127.", "ws://localhost", "ws://[::1]")):
             self.stdout.write(
                 f"Note: {url} is loopback; a Node on another machine needs edge.listen on an "
-                "address it can reach, and --edge-url with that address (docs/journeys.md)."
+                "address it can reach and TLS: --edge-url wss://EDGE_HOST:PORT/ws/node "
+                "(docs/journeys.md)."
             )
 
 
