@@ -89,10 +89,15 @@ def test_uncomment_glm_changes_only_the_glm_lines():
 
 
 def test_shipped_edge_config_matches_the_example_document():
-    """configs/edge.yaml is the reference example plus documented additions only."""
+    """configs/edge.yaml is the reference example plus documented additions only, less the
+    legacy ``openai.bearer_token`` (commented out there: the quickstart starts without the
+    warning an unset legacy token gives, docs/configuration.md)."""
     shipped = load_file(EDGE_YAML).document
+    assert "bearer_token" not in shipped["openai"]
     if SPEC_EXAMPLE.exists():
-        assert shipped == load_file(SPEC_EXAMPLE).document
+        reference = load_file(SPEC_EXAMPLE).document
+        reference["openai"].pop("bearer_token", None)
+        assert shipped == reference
 
 
 def test_shipped_node_config_is_the_node_example():
