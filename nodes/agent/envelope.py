@@ -1,0 +1,113 @@
+"""Per-run lease envelopes, the Node's half: verify, check the binding, refuse replays, open.
+
+R-MGD-4 / R-AUTH-4. The secret comes back as bytes for the one upstream call that needs
+it; nothing here keeps it. Errors name what failed, never the secret.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import asdict
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature, InvalidTag
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+
+from nodes.envelope import VERSION, Binding, canonical, derive_key, raw_public, unb64
+
+CLOCK_SKEW_S = 30  # an envelope is accepted this long past its expiry (Edge and Node clocks)
+MAX_ENVELOPE_BYTES = 16 * 1024
+_HEADER = ("v", "id", "issuer", "recipient", "expires_at", "epk", *Binding.__slots__)
+
+
+class EnvelopeRefused(Exception):
+    """The envelope cannot be used; ``reason`` is a stable word for logs and run errors."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ReplayCache:
+    """Envelope ids seen and not yet expired, at most ``size`` of them (R-AUTH-4).
+
+    When it is full of live ids a new envelope is refused rather than an id forgotten
+    early, which would let that envelope be replayed. Ids leave in arrival order once
+    expired; one with a later expiry may keep younger expired ones a little longer.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._seen: OrderedDict[str, float] = OrderedDict()
+
+    def admit(self, envelope_id: str, expires_at: float, now: float) -> None:
+        while self._seen and next(iter(self._seen.values())) + CLOCK_SKEW_S < now:
+            self._seen.popitem(last=False)
+        if envelope_id in self._seen:
+            raise EnvelopeRefused("replayed", "the lease envelope was already used")
+        if len(self._seen) >= self.size:
+            raise EnvelopeRefused("replay_cache_full", "the replay cache is full of live envelopes")
+        self._seen[envelope_id] = expires_at  # expiries arrive nearly in order: no sort
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+
+class EnvelopeOpener:
+    """The Node's recipient key, the issuer keys it trusts, and its replay cache."""
+
+    def __init__(
+        self,
+        *,
+        recipient_key_id: str,
+        recipient: X25519PrivateKey,
+        issuers: dict[str, Ed25519PublicKey],
+        replay_cache_size: int,
+    ) -> None:
+        self.recipient_key_id = recipient_key_id
+        self._recipient = recipient
+        self._recipient_raw = raw_public(recipient.public_key())
+        self._issuers = dict(issuers)
+        self._replay = ReplayCache(replay_cache_size)
+
+    def open(self, envelope: Any, expected: Binding, now: float) -> bytes:
+        """The secret for the run ``expected`` describes, or ``EnvelopeRefused``."""
+        if not isinstance(envelope, dict):
+            raise EnvelopeRefused("malformed", "the lease envelope is not an object")
+        if envelope.get("v") != VERSION:
+            raise EnvelopeRefused("malformed", "unknown lease envelope version")
+        issuer = self._issuers.get(envelope.get("issuer"))  # type: ignore[arg-type]
+        if issuer is None:
+            raise EnvelopeRefused(
+                "unknown_issuer", "the lease envelope's issuer key is not trusted"
+            )
+        signed = {k: v for k, v in envelope.items() if k != "sig"}
+        try:
+            issuer.verify(unb64(envelope.get("sig")), canonical(signed))
+        except (InvalidSignature, ValueError):
+            raise EnvelopeRefused(
+                "bad_signature", "the lease envelope's signature does not verify"
+            ) from None
+        if envelope.get("recipient") != self.recipient_key_id:
+            raise EnvelopeRefused("wrong_recipient", "the lease envelope is sealed to another key")
+        for name, want in asdict(expected).items():
+            if envelope.get(name) != want:
+                raise EnvelopeRefused(
+                    "wrong_binding", f"the lease envelope is bound to another {name}"
+                )
+        expires_at = envelope.get("expires_at")
+        if not isinstance(expires_at, int) or expires_at + CLOCK_SKEW_S < now:
+            raise EnvelopeRefused("expired", "the lease envelope has expired")
+        header = {k: envelope.get(k) for k in _HEADER}
+        try:
+            epk = unb64(envelope.get("epk"))
+            shared = self._recipient.exchange(X25519PublicKey.from_public_bytes(epk))
+            key = derive_key(shared, epk, self._recipient_raw)
+            nonce, sealed = unb64(envelope.get("nonce")), unb64(envelope.get("ct"))
+            secret = ChaCha20Poly1305(key).decrypt(nonce, sealed, canonical(header))
+        except (InvalidTag, ValueError):
+            raise EnvelopeRefused("does_not_open", "the lease envelope does not open") from None
+        self._replay.admit(str(envelope.get("id")), expires_at, now)
+        return secret

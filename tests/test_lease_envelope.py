@@ -1,0 +1,136 @@
+"""Lease envelopes: sealed to one Node, signed by the issuer, bound to one run.
+
+R-MGD-4, R-AUTH-4.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from nodes.agent.envelope import CLOCK_SKEW_S, EnvelopeOpener, EnvelopeRefused
+from nodes.envelope import Binding, b64, issue, unb64
+
+SECRET = b"sk-canary-7f3a9c"
+NOW = 1_800_000_000.0
+BINDING = Binding("r1", "node-a", "glm-general", "glm-slot", 3, 2, 5)
+
+
+@pytest.fixture
+def keys():
+    return {"issuer": Ed25519PrivateKey.generate(), "recipient": X25519PrivateKey.generate()}
+
+
+def make(keys, binding=BINDING, now=NOW, ttl_s=60, issuer_key_id="iss-1", secret=SECRET):
+    return issue(
+        secret,
+        binding,
+        recipient_key_id="node-a-1",
+        recipient=keys["recipient"].public_key(),
+        issuer_key_id=issuer_key_id,
+        issuer=keys["issuer"],
+        now=now,
+        ttl_s=ttl_s,
+    )
+
+
+def opener(keys, size=8, issuer=None):
+    return EnvelopeOpener(
+        recipient_key_id="node-a-1",
+        recipient=keys["recipient"],
+        issuers={"iss-1": (issuer or keys["issuer"]).public_key()},
+        replay_cache_size=size,
+    )
+
+
+def refused(fn, reason: str) -> str:
+    with pytest.raises(EnvelopeRefused) as info:
+        fn()
+    assert info.value.reason == reason
+    assert SECRET.decode() not in str(info.value)
+    return str(info.value)
+
+
+def test_the_bound_node_opens_the_secret_once(keys) -> None:
+    envelope = make(keys)
+    node = opener(keys)
+    assert node.open(envelope, BINDING, NOW + 1) == SECRET
+    refused(lambda: node.open(envelope, BINDING, NOW + 2), "replayed")
+
+
+def test_the_secret_is_not_readable_in_the_envelope(keys) -> None:
+    envelope = make(keys)
+    assert SECRET not in repr(envelope).encode()
+    assert SECRET not in unb64(envelope["ct"])
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("run_id", "r2"),
+        ("node_id", "node-b"),
+        ("provider_id", "glm-coding"),
+        ("slot_id", "other-slot"),
+        ("credential_revision", 4),
+        ("route_revision", 1),
+        ("generation", 6),
+    ],
+)
+def test_an_envelope_for_another_run_node_provider_or_revision_is_refused(
+    keys, field, value
+) -> None:
+    other = dataclasses.replace(BINDING, **{field: value})
+    message = refused(lambda: opener(keys).open(make(keys), other, NOW), "wrong_binding")
+    assert field in message
+
+
+def test_an_expired_envelope_is_refused_after_the_clock_skew(keys) -> None:
+    envelope = make(keys, ttl_s=60)
+    assert opener(keys).open(envelope, BINDING, NOW + 60 + CLOCK_SKEW_S) == SECRET
+    refused(lambda: opener(keys).open(envelope, BINDING, NOW + 61 + CLOCK_SKEW_S), "expired")
+
+
+def test_a_wrong_issuer_key_is_refused(keys) -> None:
+    forged = make({**keys, "issuer": Ed25519PrivateKey.generate()})
+    refused(lambda: opener(keys).open(forged, BINDING, NOW), "bad_signature")
+    unknown = make(keys, issuer_key_id="iss-9")
+    refused(lambda: opener(keys).open(unknown, BINDING, NOW), "unknown_issuer")
+
+
+@pytest.mark.parametrize("field", ["ct", "nonce", "epk", "run_id", "expires_at"])
+def test_a_tampered_envelope_is_refused(keys, field) -> None:
+    envelope = make(keys)
+    if field in ("ct", "nonce", "epk"):
+        raw = bytearray(unb64(envelope[field]))
+        raw[0] ^= 1
+        envelope[field] = b64(bytes(raw))
+    elif field == "run_id":
+        envelope[field] = "r2"
+    else:
+        envelope[field] += 3600
+    refused(lambda: opener(keys).open(envelope, BINDING, NOW), "bad_signature")
+
+
+def test_an_envelope_sealed_to_another_node_does_not_open(keys) -> None:
+    other = {**keys, "recipient": X25519PrivateKey.generate()}
+    envelope = make(other)  # right issuer, right key id, another Node's public key
+    refused(lambda: opener(keys).open(envelope, BINDING, NOW), "does_not_open")
+
+
+def test_malformed_envelopes_are_refused(keys) -> None:
+    refused(lambda: opener(keys).open("nope", BINDING, NOW), "malformed")
+    refused(lambda: opener(keys).open({**make(keys), "v": 9}, BINDING, NOW), "malformed")
+    refused(lambda: opener(keys).open({**make(keys), "sig": 5}, BINDING, NOW), "bad_signature")
+
+
+def test_the_replay_cache_is_bounded_and_forgets_only_expired_ids(keys) -> None:
+    node = opener(keys, size=2)
+    runs = [dataclasses.replace(BINDING, run_id=f"r{i}") for i in range(3)]
+    node.open(make(keys, runs[0]), runs[0], NOW)
+    node.open(make(keys, runs[1]), runs[1], NOW)
+    refused(lambda: node.open(make(keys, runs[2]), runs[2], NOW), "replay_cache_full")
+    later = NOW + 61 + CLOCK_SKEW_S
+    assert node.open(make(keys, runs[2], now=later), runs[2], later) == SECRET
