@@ -249,7 +249,7 @@ class EdgeSettingsAdmin(CatalogAdmin):
             },
         ),
         ("provider_pool", {"fields": ("max_queue", "queue_timeout_ms")}),
-        ("credential_plane", {"fields": ("credential_plane_enabled", "control_plane")}),
+        ("credential_plane", {"fields": ("credential_plane_enabled",)}),
         (
             "other keys",
             {

@@ -108,6 +108,11 @@ class Keyring:
     def sealed_with_newest(self, token: str) -> bool:
         return token.split(":", 2)[1:2] == [self.newest]
 
+    def missing_key(self, token: str) -> bool:
+        """True when ``token`` names a key this keyring does not hold."""
+        parts = token.split(":", 2)
+        return len(parts) == 3 and parts[1] not in self._keys
+
 
 def new_keyring(key_id: str) -> Keyring:
     return Keyring({key_id: secrets.token_bytes(KEY_BYTES)})

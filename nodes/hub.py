@@ -253,6 +253,10 @@ class NodeHub:
         if session is None or session.state != READY:
             raise NodeUnavailable(lease.node_id)
         run_id = f"r{self._boot}{next(self._run_ids):x}"
+        # Managed mode: sealed before the run exists, so a refusal leaves nothing behind.
+        envelope = (
+            None if spec.seal is None else spec.seal(run_id, lease.node_id, session.generation)
+        )
         transport = session.transport
 
         def grant(chars: int) -> None:
@@ -270,6 +274,7 @@ class NodeHub:
             "body": msgspec.Raw(b"null" if parts else spec.body),
             "body_parts": len(parts),
             "credit": window,
+            "lease_envelope": envelope,
         }
         message: wire.TunnelRequest | wire.RunRequest = (  # R-POOL-10: passthrough or normalized
             wire.TunnelRequest(**fields, forward_headers=dict(spec.forward_headers))

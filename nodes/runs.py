@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from nodes import wire
 
@@ -18,6 +19,9 @@ class RunOrder:
     stream: bool
     body: bytes
     forward_headers: tuple[tuple[str, str], ...] = ()
+    # Managed mode: issues the run's lease envelope once its id and the Node's connection
+    # generation are known, (run_id, node_id, generation) -> envelope (R-MGD-4).
+    seal: Callable[[str, str, int], dict[str, Any]] | None = None
 
 
 Grant = Callable[[int], None]

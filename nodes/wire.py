@@ -101,7 +101,8 @@ MAX_RETRY_AFTER_S = 3600.0  # an upstream's Retry-After is bounded before it is 
 
 class RunError(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """A run's failure. ``code`` is stable: upstream_error, upstream_timeout, cancelled,
-    node_shutdown, node_gone, bad_request, unknown_provider. ``retryable``: another provider
+    node_shutdown, node_gone, bad_request, unknown_provider, credential_refused. ``retryable``:
+    another provider
     may succeed; ``phase``: how far the run got (empty = unknown, treated as after the first
     byte); ``retry_after_s``: the upstream's Retry-After on a 429."""
 
@@ -222,6 +223,7 @@ class RunRequest(_Msg, tag="run_request"):
     body: msgspec.Raw
     body_parts: int = 0
     credit: int = 0
+    lease_envelope: dict[str, Any] | None = None  # managed mode: the run's credential (R-MGD-4)
 
 
 class TunnelRequest(_Msg, tag="tunnel_request"):
@@ -237,6 +239,7 @@ class TunnelRequest(_Msg, tag="tunnel_request"):
     forward_headers: dict[str, str] = {}
     body_parts: int = 0
     credit: int = 0
+    lease_envelope: dict[str, Any] | None = None  # managed mode: the run's credential (R-MGD-4)
 
 
 class Credit(_Msg, tag="credit"):

@@ -149,12 +149,14 @@ RESTART_CLASSES: tuple[Parameter, ...] = (
         "openai.stream_evidence_gate", "Stream Evidence Gate settings (R-SEG-1)", subtree=True
     ),
     Parameter("openai", "OpenAI ingress settings", subtree=True),
-    Parameter("credential_plane.control_plane", "control plane connector", subtree=True),
     Parameter("credential_plane", "credential plane (R-AUTH-4)", subtree=True),
     Parameter("protocol_profiles", "protocol profile catalog (R-PROF-1)", subtree=True),
     Parameter("nodes[*]", "node add/remove"),
     Parameter("nodes[*].token_hash_sha256", "node token"),
     Parameter("nodes[*].alias", "node alias"),
+    Parameter(
+        "nodes[*].credential_recipient", "node credential recipient key (R-MGD-4)", subtree=True
+    ),
     Parameter("nodes[*].providers[*]", "provider add/remove"),
     Parameter("nodes[*].providers[*].profile", "provider profile selector (R-PROF-2)"),
     Parameter("nodes[*].providers[*].type", "provider profile selector (legacy type)"),

@@ -63,8 +63,11 @@ def managed_example() -> dict:
         document["openai"].pop(legacy, None)
     document["credential_plane"] = {
         "enabled": True,
-        "control_plane": {"url": "https://cp.example.invalid", "tls": {"ca_file": "/etc/ca.crt"}},
+        "issuer": {"key_id": "issuer-1", "private_key_file": "/etc/iop/issuer.key"},
+        "keyring_file": "/etc/iop/keyring.json",
     }
+    for node in document["nodes"]:
+        node["credential_recipient"] = {"key_id": "n-1", "public_key_file": "/etc/iop/n.pub"}
     return document
 
 
@@ -109,7 +112,8 @@ def test_managed_mode_sections_survive_the_round_trip():
     document_to_catalog(original)
     exported = catalog_to_document()
     assert load_snapshot(exported) == load_snapshot(original)
-    assert exported["credential_plane"]["control_plane"]["url"] == "https://cp.example.invalid"
+    assert exported["credential_plane"]["keyring_file"] == "/etc/iop/keyring.json"
+    assert exported["nodes"][0]["credential_recipient"]["key_id"] == "n-1"
     assert EdgeSettings.objects.get().credential_plane_enabled is True
 
 

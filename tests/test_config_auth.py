@@ -1,4 +1,4 @@
-"""Caller auth, secrets and managed credential mode (R-CFG-12, R-AUTH-2..4)."""
+"""Caller auth, secrets and managed credential mode (R-CFG-12, R-AUTH-2..4, R-MGD-1)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,14 @@ def _managed(document: dict) -> dict:
     document["openai"]["tls"] = {"cert_file": "/etc/iop/api.crt", "key_file": "/etc/iop/api.key"}
     document["credential_plane"] = {
         "enabled": True,
-        "control_plane": {"url": "https://cp.example:8443", "tls": {"ca_file": "/etc/iop/ca.crt"}},
+        "issuer": {"key_id": "edge-issuer-1", "private_key_file": "/etc/iop/issuer.key"},
+        "keyring_file": "/etc/iop/keyring.json",
     }
+    for node in document["nodes"]:
+        node["credential_recipient"] = {
+            "key_id": f"{node['id']}-1",
+            "public_key_file": f"/etc/iop/{node['id']}.pub",
+        }
     return document
 
 
@@ -267,31 +273,47 @@ def test_user_info_in_any_endpoint_is_rejected_without_echo():
     assert RAW_SECRET not in "\n".join(messages)
 
 
-def test_managed_mode_loads_with_tls_everywhere_r_auth_3():
-    """R-AUTH-3: a managed document with Edge, OpenAI and control-plane TLS loads."""
+def test_managed_mode_loads_with_tls_everywhere_and_its_keys_r_auth_3_r_mgd_4():
+    """R-AUTH-3, R-MGD-4: a managed document with Edge and OpenAI TLS, the issuer key, the
+    keyring and every Node's recipient key loads."""
     snapshot = load_snapshot(_managed(example_document()))
     assert snapshot.credential_plane_enabled is True
     assert snapshot.edge_tls is not None and snapshot.edge_tls.cert_file == "/etc/iop/edge.crt"
     assert snapshot.openai_tls is not None
-    assert snapshot.control_plane is not None and snapshot.control_plane.tls is True
+    plane = snapshot.credential_plane
+    assert plane is not None
+    assert (plane.issuer.key_id, plane.issuer.path) == ("edge-issuer-1", "/etc/iop/issuer.key")
+    assert (plane.keyring_file, plane.envelope_ttl_s) == ("/etc/iop/keyring.json", 60)
+    recipient = snapshot.nodes[0].credential_recipient
+    assert recipient is not None and recipient.path == f"/etc/iop/{snapshot.nodes[0].id}.pub"
 
 
-def test_managed_mode_requires_tls_on_every_hop_r_auth_3():
-    """R-AUTH-3: managed mode needs edge.tls, a TLS control plane, and openai.tls when enabled."""
+def test_managed_mode_requires_tls_keys_and_recipients_r_auth_3_r_mgd_4():
+    """R-AUTH-3: managed mode needs edge.tls and openai.tls when enabled; R-MGD-4: the issuer
+    key, the keyring and a recipient key on every Node (a Node without one is refused)."""
     document = example_document()
     document["credential_plane"] = {"enabled": True}
+    need = "is required when credential_plane.enabled (managed mode)"
     assert load_issues(document) == [
-        "credential_plane.control_plane: is required when credential_plane.enabled (managed mode)",
-        "edge.tls: is required when credential_plane.enabled (managed mode)",
-        "openai.tls: is required when credential_plane.enabled (managed mode) and openai.enabled",
+        f"credential_plane.issuer: {need}",
+        f"credential_plane.keyring_file: {need}",
+        f"edge.tls: {need}",
+        f"nodes[0].credential_recipient: {need}",
+        f"openai.tls: {need} and openai.enabled",
     ]
-    document = _managed(example_document())
-    document["credential_plane"]["control_plane"] = {"url": "http://cp.example", "enabled": False}
-    assert load_issues(document) == [
-        "credential_plane.control_plane.enabled: must be true when credential_plane.enabled",
-        "credential_plane.control_plane.tls: is required when credential_plane.enabled",
-        "credential_plane.control_plane.url: must use TLS (https:// or wss://) in managed mode",
-    ]
+
+
+def test_an_external_control_plane_is_refused_with_the_reason_r_mgd_1():
+    """R-MGD-1: the catalog is the control plane; credential_plane.control_plane is refused,
+    managed or not."""
+    for enabled in (True, False):
+        document = _managed(example_document())
+        document["credential_plane"]["enabled"] = enabled
+        document["credential_plane"]["control_plane"] = {"url": "https://cp.example"}
+        assert load_issues(document) == [
+            "credential_plane.control_plane: is not supported: the control plane is this "
+            "Edge's catalog (credential slots and routes in its database); remove the key"
+        ]
 
 
 def test_managed_mode_without_openai_ingress_needs_no_openai_tls_r_auth_3():
@@ -335,12 +357,14 @@ def test_key_material_is_only_ever_a_file_reference_r_auth_4():
     pem = "-----BEGIN PRIVATE KEY-----\nMIIEvQ\n-----END PRIVATE KEY-----"
     document = _managed(example_document())
     document["edge"]["tls"]["key_file"] = pem
-    document["credential_plane"]["control_plane"]["tls"]["cert_file"] = pem
+    document["credential_plane"]["issuer"]["private_key_file"] = pem
+    document["nodes"][0]["credential_recipient"]["public_key_file"] = pem
+    inline = "must be a file path; inline key or certificate material is not allowed"
     messages = load_issues(document)
     assert messages == [
-        "credential_plane.control_plane.tls.cert_file: must be a file path; "
-        "inline key or certificate material is not allowed",
-        "edge.tls.key_file: must be a file path; inline key or certificate material is not allowed",
+        f"credential_plane.issuer.private_key_file: {inline}",
+        f"edge.tls.key_file: {inline}",
+        f"nodes[0].credential_recipient.public_key_file: {inline}",
     ]
     assert "MIIEvQ" not in "\n".join(messages)
 

@@ -46,6 +46,18 @@ def opener(keys, size=8, issuer=None):
     )
 
 
+def open_(node: EnvelopeOpener, envelope, binding: Binding, now: float) -> bytes:
+    """Open as the Node does: against the run it received, on this Node and connection."""
+    return node.open(
+        envelope,
+        run_id=binding.run_id,
+        node_id=binding.node_id,
+        provider_id=binding.provider_id,
+        generation=binding.generation,
+        now=now,
+    )
+
+
 def refused(fn, reason: str) -> str:
     with pytest.raises(EnvelopeRefused) as info:
         fn()
@@ -57,8 +69,8 @@ def refused(fn, reason: str) -> str:
 def test_the_bound_node_opens_the_secret_once(keys) -> None:
     envelope = make(keys)
     node = opener(keys)
-    assert node.open(envelope, BINDING, NOW + 1) == SECRET
-    refused(lambda: node.open(envelope, BINDING, NOW + 2), "replayed")
+    assert open_(node, envelope, BINDING, NOW + 1) == SECRET
+    refused(lambda: open_(node, envelope, BINDING, NOW + 2), "replayed")
 
 
 def test_the_secret_is_not_readable_in_the_envelope(keys) -> None:
@@ -73,64 +85,73 @@ def test_the_secret_is_not_readable_in_the_envelope(keys) -> None:
         ("run_id", "r2"),
         ("node_id", "node-b"),
         ("provider_id", "glm-coding"),
-        ("slot_id", "other-slot"),
-        ("credential_revision", 4),
-        ("route_revision", 1),
         ("generation", 6),
     ],
 )
-def test_an_envelope_for_another_run_node_provider_or_revision_is_refused(
+def test_an_envelope_for_another_run_node_provider_or_generation_is_refused(
     keys, field, value
 ) -> None:
     other = dataclasses.replace(BINDING, **{field: value})
-    message = refused(lambda: opener(keys).open(make(keys), other, NOW), "wrong_binding")
+    message = refused(lambda: open_(opener(keys), make(keys), other, NOW), "wrong_binding")
     assert field in message
 
 
 def test_an_expired_envelope_is_refused_after_the_clock_skew(keys) -> None:
     envelope = make(keys, ttl_s=60)
-    assert opener(keys).open(envelope, BINDING, NOW + 60 + CLOCK_SKEW_S) == SECRET
-    refused(lambda: opener(keys).open(envelope, BINDING, NOW + 61 + CLOCK_SKEW_S), "expired")
+    assert open_(opener(keys), envelope, BINDING, NOW + 60 + CLOCK_SKEW_S) == SECRET
+    refused(lambda: open_(opener(keys), envelope, BINDING, NOW + 61 + CLOCK_SKEW_S), "expired")
 
 
 def test_a_wrong_issuer_key_is_refused(keys) -> None:
     forged = make({**keys, "issuer": Ed25519PrivateKey.generate()})
-    refused(lambda: opener(keys).open(forged, BINDING, NOW), "bad_signature")
+    refused(lambda: open_(opener(keys), forged, BINDING, NOW), "bad_signature")
     unknown = make(keys, issuer_key_id="iss-9")
-    refused(lambda: opener(keys).open(unknown, BINDING, NOW), "unknown_issuer")
+    refused(lambda: open_(opener(keys), unknown, BINDING, NOW), "unknown_issuer")
 
 
-@pytest.mark.parametrize("field", ["ct", "nonce", "epk", "run_id", "expires_at"])
+@pytest.mark.parametrize(
+    "field",
+    [
+        "ct",
+        "nonce",
+        "epk",
+        "run_id",
+        "expires_at",
+        "slot_id",
+        "credential_revision",
+        "route_revision",
+    ],
+)
 def test_a_tampered_envelope_is_refused(keys, field) -> None:
     envelope = make(keys)
     if field in ("ct", "nonce", "epk"):
         raw = bytearray(unb64(envelope[field]))
         raw[0] ^= 1
         envelope[field] = b64(bytes(raw))
-    elif field == "run_id":
-        envelope[field] = "r2"
+    elif field in ("run_id", "slot_id"):
+        envelope[field] = "other"
     else:
-        envelope[field] += 3600
-    refused(lambda: opener(keys).open(envelope, BINDING, NOW), "bad_signature")
+        envelope[field] += 3600  # a later expiry, another credential or route revision
+    refused(lambda: open_(opener(keys), envelope, BINDING, NOW), "bad_signature")
 
 
 def test_an_envelope_sealed_to_another_node_does_not_open(keys) -> None:
     other = {**keys, "recipient": X25519PrivateKey.generate()}
     envelope = make(other)  # right issuer, right key id, another Node's public key
-    refused(lambda: opener(keys).open(envelope, BINDING, NOW), "does_not_open")
+    refused(lambda: open_(opener(keys), envelope, BINDING, NOW), "does_not_open")
 
 
 def test_malformed_envelopes_are_refused(keys) -> None:
-    refused(lambda: opener(keys).open("nope", BINDING, NOW), "malformed")
-    refused(lambda: opener(keys).open({**make(keys), "v": 9}, BINDING, NOW), "malformed")
-    refused(lambda: opener(keys).open({**make(keys), "sig": 5}, BINDING, NOW), "bad_signature")
+    refused(lambda: open_(opener(keys), "nope", BINDING, NOW), "malformed")
+    refused(lambda: open_(opener(keys), {**make(keys), "v": 9}, BINDING, NOW), "malformed")
+    refused(lambda: open_(opener(keys), {**make(keys), "sig": 5}, BINDING, NOW), "bad_signature")
 
 
 def test_the_replay_cache_is_bounded_and_forgets_only_expired_ids(keys) -> None:
     node = opener(keys, size=2)
     runs = [dataclasses.replace(BINDING, run_id=f"r{i}") for i in range(3)]
-    node.open(make(keys, runs[0]), runs[0], NOW)
-    node.open(make(keys, runs[1]), runs[1], NOW)
-    refused(lambda: node.open(make(keys, runs[2]), runs[2], NOW), "replay_cache_full")
+    open_(node, make(keys, runs[0]), runs[0], NOW)
+    open_(node, make(keys, runs[1]), runs[1], NOW)
+    refused(lambda: open_(node, make(keys, runs[2]), runs[2], NOW), "replay_cache_full")
     later = NOW + 61 + CLOCK_SKEW_S
-    assert node.open(make(keys, runs[2], now=later), runs[2], later) == SECRET
+    assert open_(node, make(keys, runs[2], now=later), runs[2], later) == SECRET

@@ -344,11 +344,20 @@ CASES: list[tuple[str, Callable[[Doc], object], str, str, str]] = [
         "OpenAI ingress settings",
     ),
     (
-        "control_plane",
-        lambda d: d["credential_plane"].update(control_plane={"url": "https://cp.example"}),
-        "credential_plane.control_plane",
+        "envelope_ttl",
+        lambda d: d["credential_plane"].update(envelope_ttl_s=30),
+        "credential_plane.envelope_ttl_s",
         RESTART,
-        "control plane connector",
+        "credential plane (R-AUTH-4)",
+    ),
+    (
+        "credential_recipient",
+        lambda d: d["nodes"][0].update(
+            credential_recipient={"key_id": "n-1", "public_key_file": "/etc/iop/n.pub"}
+        ),
+        'nodes["node-local"].credential_recipient',
+        RESTART,
+        "node credential recipient key (R-MGD-4)",
     ),
     (
         "credential_plane",

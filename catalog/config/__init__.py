@@ -18,8 +18,9 @@ from catalog.config.profiles import (
 )
 from catalog.config.secrets import SecretRef, SecretUnavailableError
 from catalog.config.snapshot import (
-    ControlPlane,
+    CredentialPlane,
     EdgeSnapshot,
+    KeyFile,
     ModelGroupSpec,
     NodeSpec,
     PrincipalTokenSpec,
@@ -39,9 +40,10 @@ __all__ = [
     "AuthSpec",
     "ConfigError",
     "ConfigIssue",
-    "ControlPlane",
+    "CredentialPlane",
     "EdgeSnapshot",
     "HostPort",
+    "KeyFile",
     "ModelGroupSpec",
     "NodeSpec",
     "PrincipalTokenSpec",

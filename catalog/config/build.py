@@ -24,8 +24,9 @@ from catalog.config.schema.base import SecretRefDoc
 from catalog.config.schema.sections import ServerTLSDoc
 from catalog.config.secrets import SecretRef
 from catalog.config.snapshot import (
-    ControlPlane,
+    CredentialPlane,
     EdgeSnapshot,
+    KeyFile,
     ModelGroupSpec,
     NodeSpec,
     PrincipalTokenSpec,
@@ -50,19 +51,20 @@ def _tls(doc: ServerTLSDoc | None) -> TLSFiles | None:
     return None if doc is None else TLSFiles(doc.cert_file, doc.key_file, doc.client_ca_file)
 
 
-def _control_plane(plane: CredentialPlaneDoc) -> ControlPlane | None:
-    connector = plane.control_plane
-    if connector is None:
+def _credential_plane(plane: CredentialPlaneDoc) -> CredentialPlane | None:
+    """Managed mode's keys; the rules guarantee them when ``enabled`` (R-MGD-4)."""
+    if not plane.enabled or plane.issuer is None or plane.keyring_file is None:
         return None
-    tls = connector.tls
-    return ControlPlane(
-        enabled=connector.enabled,
-        url=connector.url,
-        tls=tls is not None,
-        ca_file=tls.ca_file if tls else None,
-        cert_file=tls.cert_file if tls else None,
-        key_file=tls.key_file if tls else None,
+    return CredentialPlane(
+        issuer=KeyFile(plane.issuer.key_id, plane.issuer.private_key_file),
+        keyring_file=plane.keyring_file,
+        envelope_ttl_s=plane.envelope_ttl_s,
     )
+
+
+def _recipient(node: NodeDoc) -> KeyFile | None:
+    doc = node.credential_recipient
+    return None if doc is None else KeyFile(doc.key_id, doc.public_key_file)
 
 
 def _normalized_provider(doc: ProviderDoc, is_cli: bool) -> ProviderDoc:
@@ -153,7 +155,13 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
             dumped.append(_dump(_normalized_provider(item.doc, spec.adapter == "cli")))
         document["nodes"].append({**_dump(node_doc, exclude={"providers"}), "providers": dumped})
         nodes.append(
-            NodeSpec(node_doc.id, node_doc.alias, node_doc.token_hash_sha256, tuple(specs))
+            NodeSpec(
+                node_doc.id,
+                node_doc.alias,
+                node_doc.token_hash_sha256,
+                tuple(specs),
+                _recipient(node_doc),
+            )
         )
     models: dict[str, ModelGroupSpec] = {}
     served: dict[str, dict[str, str]] = {}
@@ -215,7 +223,7 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
         eject_base_s=ctx.eject_base_s,
         eject_max_s=ctx.eject_max_s,
         credential_plane_enabled=plane.enabled,
-        control_plane=_control_plane(plane),
+        credential_plane=_credential_plane(plane),
         profiles=MappingProxyType(dict(ctx.catalog)),
         nodes=tuple(nodes),
         providers=MappingProxyType(providers),

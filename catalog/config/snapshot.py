@@ -82,6 +82,7 @@ class NodeSpec:
     alias: str | None
     token_hash_sha256: str
     providers: tuple[ProviderSpec, ...] = ()
+    credential_recipient: KeyFile | None = None  # managed mode: its X25519 public key (R-MGD-4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,15 +145,20 @@ class StreamEvidenceGate:
 
 
 @dataclass(frozen=True, slots=True)
-class ControlPlane:
-    """The managed-mode control-plane connector (R-AUTH-3)."""
+class KeyFile:
+    """A key named by id and held in an external file (R-AUTH-4)."""
 
-    enabled: bool
-    url: str
-    tls: bool = False
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
+    key_id: str
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialPlane:
+    """Managed credential mode (R-MGD-1..6): the issuer key, the keyring, envelope lifetime."""
+
+    issuer: KeyFile
+    keyring_file: str
+    envelope_ttl_s: int = 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +193,7 @@ class EdgeSnapshot:
     eject_base_s: float
     eject_max_s: float
     credential_plane_enabled: bool
-    control_plane: ControlPlane | None
+    credential_plane: CredentialPlane | None  # None in legacy mode
     profiles: Mapping[str, RuntimeProfile] = field(hash=False)
     nodes: tuple[NodeSpec, ...]
     providers: Mapping[str, ProviderSpec] = field(hash=False)
@@ -210,6 +216,17 @@ class EdgeSnapshot:
     def node(self, node_id: str) -> NodeSpec | None:
         """The Node with this id, or None."""
         return self._nodes_by_id.get(node_id)
+
+    def profile_family(self, profile: str) -> str | None:
+        """The built-in a profile derives from: a credential slot serves one family (R-MGD-6)."""
+        resolved = self.profiles.get(profile)
+        for _ in range(len(self.profiles)):  # an overlay may sit on another overlay
+            if resolved is None or resolved.base is None or resolved.base not in self.profiles:
+                break
+            resolved = self.profiles[resolved.base]
+        if resolved is None:
+            return None
+        return resolved.base or resolved.name
 
     def served_models(self, provider_id: str) -> Mapping[str, str]:
         """Model group id -> served model name for every group that maps ``provider_id``."""

@@ -6,6 +6,7 @@ Blank/NULL columns mean "absent from the document" (the loader applies its defau
 """
 
 from catalog.models.base import DocumentJSONField, OrderedRow, is_absent, settings_problem
+from catalog.models.credentials import CredentialSlot, Route, RouteSlot
 from catalog.models.edge import EdgeSettings
 from catalog.models.tables import (
     MINT_HELP,
@@ -21,6 +22,7 @@ from catalog.models.tables import (
 __all__ = [
     "MINT_HELP",
     "NODE_TOKEN_HELP",
+    "CredentialSlot",
     "DocumentJSONField",
     "EdgeSettings",
     "ModelGroup",
@@ -30,6 +32,8 @@ __all__ = [
     "PrincipalToken",
     "ProtocolProfile",
     "Provider",
+    "Route",
+    "RouteSlot",
     "is_absent",
     "settings_problem",
 ]

@@ -27,6 +27,7 @@ from websockets.exceptions import (
 from nodes import wire
 from nodes.agent import __version__
 from nodes.agent.config import NodeConfig
+from nodes.agent.credentials import LeaseCredentials, load_opener
 from nodes.agent.outbox import SendMessage
 from nodes.agent.registry import Registries
 from nodes.agent.router import Router
@@ -104,6 +105,11 @@ class NodeClient:
         self.close_timeout_s = close_timeout_s
         self.backoff = backoff or Backoff()
         self.registries = Registries(config.policy, config.limits)
+        # Managed mode (R-MGD-4): keys loaded at start; the replay cache outlives connections.
+        plane = config.credential_plane
+        self.credentials = LeaseCredentials(
+            load_opener(plane) if plane is not None else None, config.node_id
+        )
         self.generation: int | None = None
         self.router: Router | None = None
         self._serving = False
@@ -231,7 +237,9 @@ class NodeClient:
             return
         # R-NODE-1: apply the payload and install handlers before saying ready.
         registry = self.registries.install(first.payload)
-        router = self.router = Router(self.registries, send)
+        router = self.router = Router(
+            self.registries, send, credentials=self.credentials, generation=first.generation
+        )
         router.prober.follow(registry)
         await send(
             wire.Ready(

@@ -7,7 +7,6 @@ it; nothing here keeps it. Errors name what failed, never the secret.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import asdict
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature, InvalidTag
@@ -18,7 +17,6 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from nodes.envelope import VERSION, Binding, canonical, derive_key, raw_public, unb64
 
 CLOCK_SKEW_S = 30  # an envelope is accepted this long past its expiry (Edge and Node clocks)
-MAX_ENVELOPE_BYTES = 16 * 1024
 _HEADER = ("v", "id", "issuer", "recipient", "expires_at", "epk", *Binding.__slots__)
 
 
@@ -72,8 +70,20 @@ class EnvelopeOpener:
         self._issuers = dict(issuers)
         self._replay = ReplayCache(replay_cache_size)
 
-    def open(self, envelope: Any, expected: Binding, now: float) -> bytes:
-        """The secret for the run ``expected`` describes, or ``EnvelopeRefused``."""
+    def open(
+        self,
+        envelope: Any,
+        *,
+        run_id: str,
+        node_id: str,
+        provider_id: str,
+        generation: int | None,
+        now: float,
+    ) -> bytes:
+        """The secret for the run this Node received (its id, this Node, the run's provider,
+        this connection's generation), or ``EnvelopeRefused``. The slot, credential revision
+        and route revision are signed and bound as associated data; the Node has no other
+        source for them."""
         if not isinstance(envelope, dict):
             raise EnvelopeRefused("malformed", "the lease envelope is not an object")
         if envelope.get("v") != VERSION:
@@ -92,7 +102,13 @@ class EnvelopeOpener:
             ) from None
         if envelope.get("recipient") != self.recipient_key_id:
             raise EnvelopeRefused("wrong_recipient", "the lease envelope is sealed to another key")
-        for name, want in asdict(expected).items():
+        expected = {
+            "run_id": run_id,
+            "node_id": node_id,
+            "provider_id": provider_id,
+            "generation": generation,
+        }
+        for name, want in expected.items():
             if envelope.get(name) != want:
                 raise EnvelopeRefused(
                     "wrong_binding", f"the lease envelope is bound to another {name}"

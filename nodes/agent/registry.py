@@ -41,6 +41,7 @@ class Registry:
         self.payload = payload
         self.http = HttpClient(limits)
         self.adapters: dict[str, Adapter] = {}
+        self.providers = {provider.id: provider for provider in payload.providers}
         self.errors: dict[str, str] = {}  # provider id -> why it cannot run here
         for provider in payload.providers:
             refusal = policy.refusal(provider) if policy is not None else None

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 from nodes import wire
 from nodes.agent.adapters.base import AdapterError, RunSpec
+from nodes.agent.credentials import LeaseCredentials
+from nodes.agent.envelope import EnvelopeRefused
 from nodes.agent.outbox import RunOutput, SendMessage
 from nodes.agent.prober import Prober
 from nodes.agent.registry import Registries
@@ -81,9 +83,18 @@ class _Bodies:
 class Router:
     """Dispatches Edge -> Node messages by type for one connection."""
 
-    def __init__(self, registries: Registries, send: SendMessage) -> None:
+    def __init__(
+        self,
+        registries: Registries,
+        send: SendMessage,
+        *,
+        credentials: LeaseCredentials | None = None,
+        generation: int | None = None,
+    ) -> None:
         self.registries = registries
         self._send = send
+        self._credentials = credentials or LeaseCredentials(None, "")
+        self._generation = generation
         self.runs: dict[str, _Run] = {}
         self.bodies = _Bodies()
         self.accepting = True
@@ -141,6 +152,24 @@ class Router:
             await self._end(run_id, exc.to_wire())
             return
         forward = message.forward_headers if isinstance(message, wire.TunnelRequest) else {}
+        try:  # R-MGD-4: the run's own credential, for this one upstream call
+            auth = self._credentials.headers(
+                message.lease_envelope,
+                run_id=run_id,
+                provider=registry.providers[message.provider_id],
+                generation=self._generation,
+            )
+        except EnvelopeRefused as exc:
+            refused = AdapterError(
+                "credential_refused",
+                f"lease envelope refused: {exc}",
+                detail=f"lease envelope refused ({exc.reason}): {exc}",
+            )
+            _log_failure(run_id, refused)
+            await self._end(run_id, refused.to_wire())
+            return
+        if auth:
+            forward = {**forward, **auth}
         spec = RunSpec(
             run_id=run_id,
             operation=message.operation,

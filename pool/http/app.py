@@ -19,6 +19,7 @@ from pool.http.body import ClientGone, read_body
 from pool.http.dispatch import dispatch
 from pool.http.errors import HttpError, model_not_found
 from pool.http.limits import RateLimited, Ticket, TokenLimiter
+from pool.http.managed import Grant, RouteCredentials
 from pool.http.metrics import metrics_response, scrape_allowed
 from pool.http.operations import ENDPOINTS, Endpoint, ParsedRequest, Target, parse_request
 from pool.http.plane import DataPlane
@@ -76,7 +77,11 @@ class OpenAIApp:
             tables = self.tables()
             if endpoint is None and not models:
                 raise HttpError("not_found", f"no route for {scope['method']} {path[:200]}")
-            caller = tables.auth.authenticate(headers, anthropic)
+            if tables.managed is not None:  # R-AUTH-5: a route key, bound before admission
+                meta.grant = await tables.managed.authenticate(headers, anthropic)
+                caller = meta.grant.caller
+            else:
+                caller = tables.auth.authenticate(headers, anthropic)
             meta.principal_ref, meta.token_ref = caller.principal_ref, caller.token_ref
             if endpoint is None:
                 await self._models(scope["method"], path, tables, ex, caller)
@@ -128,6 +133,9 @@ class OpenAIApp:
                 ex.extra_headers = meta.ticket.quota.headers()
         long = request.input_tokens_estimate >= tables.long_threshold  # R-POOL-7
         tables.check_fits(request.model, request.input_tokens_estimate, long)  # R-IN-4
+        credentials = None
+        if tables.managed is not None and meta.grant is not None:
+            credentials = RouteCredentials(tables.managed, meta.grant, request.model)
         watch = DisconnectWatch(receive, ex)
         try:
             await dispatch(
@@ -140,6 +148,7 @@ class OpenAIApp:
                 ex=ex,
                 owner=caller.token_ref if caller.max_queued is not None else None,
                 max_queued=caller.max_queued,
+                credentials=credentials,
             )
         except asyncio.CancelledError:
             if not watch.absorb():
@@ -215,7 +224,15 @@ def _usage(meta: _Meta, ex: Exchange) -> tuple[int, int, bool]:
 class _Meta:
     """Who and what a request was, for its one meter record."""
 
-    __slots__ = ("model_group", "operation", "principal_ref", "request", "ticket", "token_ref")
+    __slots__ = (
+        "grant",
+        "model_group",
+        "operation",
+        "principal_ref",
+        "request",
+        "ticket",
+        "token_ref",
+    )
 
     def __init__(self, operation: str) -> None:
         self.operation = operation
@@ -224,3 +241,4 @@ class _Meta:
         self.token_ref: str | None = None
         self.request: ParsedRequest | None = None
         self.ticket: Ticket | None = None  # the limiter's charge, settled once at the end
+        self.grant: Grant | None = None

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from nodes.runs import RunChannel, RunOrder
 from pool.engine import Lease
 from pool.http.errors import HttpError
+from pool.http.managed import RouteCredentials
 from pool.http.operations import ParsedRequest, Target, upstream_body
 from pool.http.plane import DataPlane
 from pool.http.relay import Exchange, RunSource
@@ -26,13 +27,20 @@ TargetOf = Callable[[str, str], Target | None]
 class Attempt:
     """The lease and run a request holds now; each is given back exactly once (R-POOL-9)."""
 
-    __slots__ = ("channel", "lease", "runtime", "window")
+    __slots__ = ("channel", "credentials", "lease", "runtime", "window")
 
-    def __init__(self, runtime: DataPlane, lease: Lease, window: int) -> None:
+    def __init__(
+        self,
+        runtime: DataPlane,
+        lease: Lease,
+        window: int,
+        credentials: RouteCredentials | None = None,
+    ) -> None:
         self.runtime = runtime
         self.lease: Lease | None = lease
         self.window = window  # R-IN-5: output the Node may send ahead of the client
         self.channel: RunChannel | None = None
+        self.credentials = credentials  # managed mode: seals each run's envelope (R-MGD-4)
 
     def close(self) -> None:
         """Cancel the run (if still going) and release the lease; safe to call again."""
@@ -71,6 +79,11 @@ async def open_attempt(
         body=upstream_body(request, target) if xlate is None else xlate.body,
         # R-AUTH-2: a forwarded credential goes to OpenAI-compatible providers only.
         forward_headers=forward_headers if target.tunnel else (),
+        seal=(
+            attempt.credentials.sealer(lease.provider_id)
+            if attempt.credentials is not None
+            else None
+        ),
     )
     # may raise NodeUnavailable
     attempt.channel = await attempt.runtime.hub.open_run(lease, spec, attempt.window)

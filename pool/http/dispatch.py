@@ -35,6 +35,7 @@ from pool.http.failover import (
 )
 from pool.http.gated import Admit, gated_source
 from pool.http.naming import ModelNames
+from pool.http.managed import RouteCredentials
 from pool.http.operations import ParsedRequest
 from pool.http.plane import DataPlane
 from pool.http.relay import Exchange, relay_stream, relay_whole
@@ -51,12 +52,14 @@ async def dispatch(
     ex: Exchange,
     owner: str | None = None,
     max_queued: int | None = None,
+    credentials: RouteCredentials | None = None,
 ) -> None:
     """Admit ``request`` to the pool, run it on the leased provider and relay the answer.
 
     ``owner`` (the caller's token) holds at most ``max_queued`` waiters (R-PRIN-3), a retry
     and a gate recovery too; the Node holds output past ``window`` characters not yet relayed
-    (R-IN-5).
+    (R-IN-5). In managed mode ``credentials`` keeps every admission (first, retry, gate
+    recovery) to the route's providers and issues each run's lease envelope (R-MGD-3, R-MGD-4).
     """
     pool: ProviderPool = runtime.pool
     snapshot = runtime.snapshot
@@ -64,6 +67,7 @@ async def dispatch(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + snapshot.queue_timeout_ms / 1000 if snapshot.queue_timeout_ms else None
     excluded: frozenset[str] = frozenset()
+    off_route = credentials.excluded if credentials is not None else frozenset()
 
     def admit(exclude: frozenset[str] = frozenset()) -> Awaitable[Lease]:
         return pool.acquire(
@@ -72,7 +76,7 @@ async def dispatch(
             long=long,
             owner=owner,
             max_queued=max_queued,
-            exclude=exclude,
+            exclude=exclude | off_route,
         )
 
     try:
@@ -81,7 +85,7 @@ async def dispatch(
         raise from_pool_error(exc, request.model, request.needs) from None
     gate = (admit, deadline) if request.stream and snapshot.stream_evidence_gate.enabled else None
     while True:
-        attempt = Attempt(runtime, lease, window)
+        attempt = Attempt(runtime, lease, window, credentials)
         failed, verdict = await _attempt(attempt, request, forward_headers, target_of, ex, gate)
         if failed is None:
             return

@@ -51,6 +51,12 @@ ERRORS: dict[str, Row] = {
         "permission_error",
         "caller-supplied provider credentials are refused in managed mode",
     ),
+    "route_model_mismatch": Row(
+        403,
+        "invalid_request_error",
+        "permission_error",
+        "this route key is not for the requested model",
+    ),
     "not_found": Row(404, "invalid_request_error", "not_found_error", "not found"),
     "model_not_found": Row(
         404,
@@ -76,6 +82,9 @@ ERRORS: dict[str, Row] = {
     "queue_timeout": Row(
         503, "server_error", "overloaded_error", "timed out waiting for a free provider"
     ),
+    "credential_unavailable": Row(
+        503, "server_error", "api_error", "the provider credential cannot be used"
+    ),
     "no_available_provider": Row(
         503, "server_error", "overloaded_error", "no provider is available for this model"
     ),
@@ -91,6 +100,7 @@ _RUN_CODES = {
     "upstream_timeout": "upstream_timeout",
     "unknown_provider": "no_available_provider",
     "repetition_detected": "repetition_detected",  # the gate's exhausted recovery (R-SEG-6)
+    "credential_refused": "credential_unavailable",  # R-MGD-4: the Node refused the envelope
 }
 
 

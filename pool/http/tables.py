@@ -10,6 +10,7 @@ from typing import Any
 from catalog.config import EdgeSnapshot
 from pool.http.auth import AuthTable, ProviderAuthRule
 from pool.http.errors import HttpError
+from pool.http.managed import ManagedPlane
 from pool.http.operations import Target, build_targets
 
 
@@ -39,6 +40,7 @@ class Tables:
         "auth",
         "fits",
         "long_threshold",
+        "managed",
         "max_request_bytes",
         "model_bodies",
         "models_body",
@@ -53,6 +55,8 @@ class Tables:
         self.snapshot = snapshot
         self.auth = AuthTable(snapshot)
         self.provider_auth = ProviderAuthRule(snapshot)
+        # Managed mode (R-MGD): its keys, loaded per snapshot; checked once at start.
+        self.managed = ManagedPlane(snapshot) if snapshot.credential_plane is not None else None
         self.targets: dict[tuple[str, str], Target] = build_targets(snapshot)
         self.long_threshold: int = snapshot.long_context_threshold_tokens
         self.max_request_bytes: int = snapshot.max_request_bytes

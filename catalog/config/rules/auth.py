@@ -4,12 +4,11 @@ provider-credential header (R-AUTH-2) and managed/legacy exclusivity with TLS (R
 from __future__ import annotations
 
 from collections.abc import Mapping
-from urllib.parse import urlsplit
 
 from catalog.config.addresses import has_userinfo, is_absolute_url
 from catalog.config.errors import Issues, format_path
 from catalog.config.rules.context import Context
-from catalog.config.schema import CredentialPlaneDoc, EdgeDoc
+from catalog.config.schema import CredentialPlaneDoc, EdgeDoc, NodeDoc
 
 # Headers the Edge itself authenticates with: callers on /v1 (Authorization: Bearer, and
 # x-api-key on the Anthropic shape), the admin and REST API (session Cookie, Authorization:
@@ -99,31 +98,19 @@ def check_endpoint_userinfo(ctx: Context, issues: Issues) -> None:
 
 
 def check_control_plane(ctx: Context, issues: Issues) -> None:
-    """The control-plane connector URL is http(s)/ws(s); managed mode needs it enabled over TLS."""
+    """R-MGD-1: the control plane is this Edge's catalog; an external connector is refused."""
     plane = ctx.parsed.section("credential_plane", CredentialPlaneDoc)
-    connector = plane.control_plane if plane else None
-    if plane is None or connector is None:
-        return
-    path = ("credential_plane", "control_plane")
-    try:
-        parts = urlsplit(connector.url)
-    except ValueError:
-        parts = urlsplit("")
-    if parts.scheme not in ("http", "https", "ws", "wss") or not parts.hostname:
-        issues.add((*path, "url"), "must be an http(s):// or ws(s):// URL with a host")
-    elif has_userinfo(connector.url):
-        issues.add((*path, "url"), "must not carry user-info (user:password@)")
-    elif plane.enabled and parts.scheme not in ("https", "wss"):
-        issues.add((*path, "url"), "must use TLS (https:// or wss://) in managed mode")
-    if plane.enabled:
-        if not connector.enabled:
-            issues.add((*path, "enabled"), "must be true when credential_plane.enabled")
-        if connector.tls is None:
-            issues.add((*path, "tls"), "is required when credential_plane.enabled")
+    if plane is not None and plane.control_plane is not None:
+        issues.add(
+            ("credential_plane", "control_plane"),
+            "is not supported: the control plane is this Edge's catalog (credential slots "
+            "and routes in its database); remove the key",
+        )
 
 
 def check_credential_plane(ctx: Context, issues: Issues) -> None:
-    """R-AUTH-3: managed mode needs TLS on every hop and rejects every legacy credential source."""
+    """R-AUTH-3: managed mode needs TLS on every hop and rejects every legacy credential source;
+    R-MGD-2/4: it needs the keyring, the issuer key and every Node's recipient key."""
     if not ctx.managed:
         return
     why = "is not allowed when credential_plane.enabled (managed mode)"
@@ -132,8 +119,15 @@ def check_credential_plane(ctx: Context, issues: Issues) -> None:
     if edge is not None and edge.tls is None:
         issues.add(("edge", "tls"), need)
     plane = ctx.parsed.section("credential_plane", CredentialPlaneDoc)
-    if plane is not None and plane.control_plane is None:
-        issues.add(("credential_plane", "control_plane"), need)
+    if plane is not None:
+        if plane.issuer is None:
+            issues.add(("credential_plane", "issuer"), need)
+        if plane.keyring_file is None:
+            issues.add(("credential_plane", "keyring_file"), need)
+    for node_item in ctx.parsed.nodes:
+        node = node_item.item.doc
+        if isinstance(node, NodeDoc) and node.credential_recipient is None:
+            issues.add((*node_item.item.path, "credential_recipient"), need)
     openai = ctx.openai
     if openai is not None:
         if openai.enabled and openai.tls is None:

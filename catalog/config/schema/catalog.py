@@ -9,6 +9,7 @@ from pydantic import Field
 from catalog.config.schema.base import (
     Doc,
     EnvName,
+    FileRef,
     HeaderName,
     HttpUrl,
     Identifier,
@@ -78,12 +79,20 @@ class ProviderDoc(Doc):
     queue_timeout_ms: Annotated[int, Field(ge=0)] | None = None
 
 
+class CredentialRecipientDoc(Doc):
+    """``nodes[].credential_recipient``: the Node's X25519 public key (R-MGD-4)."""
+
+    key_id: Identifier
+    public_key_file: FileRef
+
+
 class NodeDoc(Doc):
     """``nodes[]`` without its providers, which are validated one by one."""
 
     id: Identifier
     alias: Label | None = None
     token_hash_sha256: Sha256Hex
+    credential_recipient: CredentialRecipientDoc | None = None
     providers: list[Any] = Field(default_factory=list)
 
 

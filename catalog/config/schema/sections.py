@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field
 
@@ -52,16 +52,19 @@ class ClientTLSDoc(Doc):
     key_file: FileRef | None = None
 
 
-class ControlPlaneDoc(Doc):
-    """``credential_plane.control_plane``: the managed-mode connector (R-AUTH-3)."""
+class IssuerDoc(Doc):
+    """``credential_plane.issuer``: the Edge's Ed25519 signing key for lease envelopes (R-MGD-4)."""
 
-    enabled: bool = True
-    url: Annotated[str, Field(min_length=1)]
-    tls: ClientTLSDoc | None = None
+    key_id: Identifier
+    private_key_file: FileRef
 
 
 class CredentialPlaneDoc(Doc):
-    """``credential_plane``: managed credential mode switch (R-AUTH-3..6)."""
+    """``credential_plane``: managed credential mode (R-AUTH-3..6, R-MGD-1..6)."""
 
     enabled: bool = False
-    control_plane: ControlPlaneDoc | None = None
+    issuer: IssuerDoc | None = None
+    keyring_file: FileRef | None = None
+    envelope_ttl_s: Annotated[int, Field(ge=5, le=3600)] = 60
+    # R-MGD-1: an external connector is not supported; the key is read only to refuse it.
+    control_plane: Any = None

@@ -1,0 +1,205 @@
+"""Credential slots and routes in the catalog (R-MGD-1..3, R-MGD-6): the commands' and the
+admin's one implementation. Secrets go in sealed and never come out of here; a route key is
+returned once and only its sha256 is stored. docs/credentials.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+
+from django.db import transaction
+
+from catalog.config import ConfigError, EdgeSnapshot
+from catalog.documents import validate_catalog
+from catalog.keyring import Keyring, KeyringError, new_keyring, write_private
+from catalog.models import CredentialSlot, Route, RouteSlot
+
+ROUTE_KEY_PREFIX = "iop_route_"
+MAX_SECRET_BYTES = 16 * 1024
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+class CredentialError(Exception):
+    """A slot, route or keyring change refused; the message names what, never a secret."""
+
+
+def catalog_snapshot() -> EdgeSnapshot:
+    try:
+        return validate_catalog()
+    except ConfigError as exc:
+        raise CredentialError(
+            f"the catalog does not load ({len(exc.issues)} issue(s)); fix it first"
+        ) from None
+
+
+def keyring_path(snapshot: EdgeSnapshot | None, given: str | None) -> str:
+    """``--keyring`` when given, else the catalog's ``credential_plane.keyring_file``."""
+    if given:
+        return given
+    plane = (snapshot or catalog_snapshot()).credential_plane
+    if plane is None:
+        raise CredentialError(
+            "the catalog is not in managed mode (credential_plane.enabled with keyring_file); "
+            "name the keyring with --keyring FILE"
+        )
+    return plane.keyring_file
+
+
+def load_keyring(path: str) -> Keyring:
+    try:
+        return Keyring.load(path)
+    except KeyringError as exc:
+        raise CredentialError(str(exc)) from None
+
+
+def _check_id(kind: str, value: str) -> None:
+    if not _ID.match(value):
+        raise CredentialError(f"{kind} id {value!r} must be 1-100 letters, digits, '.', '_' or '-'")
+
+
+def set_slot(slot_id: str, profile: str, secret: bytes, keyring: Keyring) -> CredentialSlot:
+    """Create or replace a slot's secret; its credential revision goes up by one (R-MGD-2).
+
+    A slot's profile family is fixed once routes use it (R-MGD-6)."""
+    _check_id("slot", slot_id)
+    secret = secret.strip()
+    if not secret:
+        raise CredentialError(f"slot {slot_id!r}: the secret is empty")
+    if len(secret) > MAX_SECRET_BYTES:
+        raise CredentialError(f"slot {slot_id!r}: the secret is larger than {MAX_SECRET_BYTES}")
+    snapshot = catalog_snapshot()
+    family = snapshot.profile_family(profile)
+    if family is None:
+        raise CredentialError(f"slot {slot_id!r}: unknown profile {profile!r}")
+    with transaction.atomic():
+        slot = CredentialSlot.objects.select_for_update().filter(key=slot_id).first()
+        if slot is None:
+            slot = CredentialSlot(key=slot_id)
+        elif snapshot.profile_family(slot.profile) != family and slot.routes.exists():
+            raise CredentialError(
+                f"slot {slot_id!r} is used by routes for profile family "
+                f"{snapshot.profile_family(slot.profile)!r}; it cannot move to {family!r}"
+            )
+        slot.profile = profile
+        slot.sealed = keyring.seal(secret, slot_id)
+        slot.credential_revision = (slot.credential_revision or 0) + 1
+        slot.save()
+    return slot
+
+
+def init_keyring(path: str, key_id: str) -> None:
+    """A new keyring file with one key, 0600; an existing file is never overwritten."""
+    if Path(path).exists():
+        raise CredentialError(f"{path} exists; use iop_keyring rotate to add a key")
+    try:
+        write_private(path, new_keyring(key_id).dump())
+    except (KeyringError, OSError) as exc:
+        raise CredentialError(f"cannot write the keyring {path}: {exc}") from None
+
+
+def rotate_keyring(path: str, key_id: str) -> int:
+    """Add a key (the newest) and re-seal every slot with it in one transaction (R-MGD-2).
+
+    The file is written first, holding every old key too: if re-sealing fails, the slots
+    still open with the key they were sealed under. Returns how many slots were re-sealed."""
+    keyring = load_keyring(path)
+    try:
+        rotated = keyring.with_new_key(key_id)
+    except KeyringError as exc:
+        raise CredentialError(str(exc)) from None
+    with transaction.atomic():
+        slots = list(CredentialSlot.objects.select_for_update())
+        opened = []
+        for slot in slots:
+            try:
+                opened.append((slot, rotated.open(slot.sealed, slot.key)))
+            except KeyringError as exc:
+                raise CredentialError(f"nothing rotated: {exc}") from None
+        write_private(path, rotated.dump())
+        for slot, secret in opened:
+            slot.sealed = rotated.seal(secret, slot.key)
+            slot.save(update_fields=["sealed", "updated_at"])
+    return len(slots)
+
+
+def check_bindings(
+    snapshot: EdgeSnapshot, model_group: str, bindings: Mapping[str, str]
+) -> dict[str, CredentialSlot]:
+    """Each target is a provider of the group or the profile of one; the slot exists and is of
+    the target's profile family (R-MGD-6). Returns target -> slot."""
+    group = snapshot.models.get(model_group)
+    if group is None:
+        raise CredentialError(f"unknown model group {model_group!r}")
+    if not bindings:
+        raise CredentialError("a route needs at least one --slot PROVIDER_OR_PROFILE=SLOT")
+    providers = [snapshot.providers[p] for p in group.providers if p in snapshot.providers]
+    resolved: dict[str, CredentialSlot] = {}
+    for target, slot_id in bindings.items():
+        served = [p for p in providers if target in (p.id, p.profile.name)]
+        if not served:
+            raise CredentialError(
+                f"{target!r} is neither a provider of {model_group!r} nor the profile of one"
+            )
+        slot = CredentialSlot.objects.filter(key=slot_id).first()
+        if slot is None:
+            raise CredentialError(f"unknown slot {slot_id!r}")
+        family = snapshot.profile_family(slot.profile)
+        for provider in served:
+            wanted = snapshot.profile_family(provider.profile.name)
+            if family != wanted:
+                raise CredentialError(
+                    f"slot {slot_id!r} is for profile family {family!r}; provider "
+                    f"{provider.id!r} uses {wanted!r} (a slot serves one family)"
+                )
+        resolved[target] = slot
+    return resolved
+
+
+def mint_route_key() -> tuple[str, str]:
+    key = ROUTE_KEY_PREFIX + secrets.token_urlsafe(32)
+    return key, hashlib.sha256(key.encode("ascii")).hexdigest()
+
+
+def create_route(
+    route_id: str,
+    model_group: str,
+    bindings: Mapping[str, str],
+    *,
+    principal_ref: str = "",
+) -> str:
+    """A new route; returns its raw key, which is stored nowhere (only its sha256)."""
+    _check_id("route", route_id)
+    if principal_ref:
+        _check_id("principal", principal_ref)
+    resolved = check_bindings(catalog_snapshot(), model_group, bindings)
+    key, digest = mint_route_key()
+    with transaction.atomic():
+        if Route.objects.filter(key=route_id).exists():
+            raise CredentialError(f"route {route_id!r} exists")
+        route = Route.objects.create(
+            key=route_id,
+            model_group=model_group,
+            key_hash_sha256=digest,
+            principal_ref=principal_ref,
+        )
+        RouteSlot.objects.bulk_create(
+            RouteSlot(route=route, target=target, slot=slot) for target, slot in resolved.items()
+        )
+    return key
+
+
+def parse_bindings(values: list[str]) -> dict[str, str]:
+    """``PROVIDER_OR_PROFILE=SLOT`` arguments as a mapping (a target at most once)."""
+    out: dict[str, str] = {}
+    for value in values:
+        target, sep, slot = value.partition("=")
+        if not sep or not target or not slot:
+            raise CredentialError(f"--slot {value!r}: expected PROVIDER_OR_PROFILE=SLOT")
+        if target in out:
+            raise CredentialError(f"--slot: {target!r} given twice")
+        out[target] = slot
+    return out

@@ -1,0 +1,107 @@
+"""Managed mode on the Node: open a run's lease envelope into that run's auth headers.
+
+R-MGD-4 / R-AUTH-4. The keys come from ``credential_plane`` in node.yaml (external files).
+The secret lives only in the headers of the one run it was issued for: it is not logged,
+not stored on any object that outlives the run. docs/credentials.md.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from nodes.agent.adapters.http import auth_headers
+from nodes.agent.config import CredentialPlane
+from nodes.agent.envelope import EnvelopeOpener, EnvelopeRefused
+from nodes.wire import ProviderPayload
+
+MAX_KEY_FILE_BYTES = 16 * 1024
+
+
+class CredentialKeyError(ValueError):
+    """A key file of ``credential_plane`` cannot be used; names the file, never a key."""
+
+
+def _read(path: str, what: str) -> bytes:
+    try:
+        data = Path(path).expanduser().read_bytes()[: MAX_KEY_FILE_BYTES + 1]
+    except OSError as exc:
+        raise CredentialKeyError(f"{what}: cannot read {path} ({exc.strerror})") from None
+    if len(data) > MAX_KEY_FILE_BYTES:
+        raise CredentialKeyError(f"{what}: {path} is larger than {MAX_KEY_FILE_BYTES} bytes")
+    return data
+
+
+def load_opener(plane: CredentialPlane) -> EnvelopeOpener:
+    """The Node's recipient key and trusted issuer key, checked at start."""
+    what = "credential_plane.recipient_private_key_file"
+    try:
+        recipient = serialization.load_pem_private_key(
+            _read(plane.recipient_private_key_file, what), password=None
+        )
+    except ValueError:
+        raise CredentialKeyError(f"{what}: not a PEM private key") from None
+    if not isinstance(recipient, X25519PrivateKey):
+        raise CredentialKeyError(f"{what}: not an X25519 private key")
+    what = "credential_plane.issuer_public_key_file"
+    try:
+        issuer = serialization.load_pem_public_key(_read(plane.issuer_public_key_file, what))
+    except ValueError:
+        raise CredentialKeyError(f"{what}: not a PEM public key") from None
+    if not isinstance(issuer, Ed25519PublicKey):
+        raise CredentialKeyError(f"{what}: not an Ed25519 public key")
+    return EnvelopeOpener(
+        recipient_key_id=plane.recipient_key_id,
+        recipient=recipient,
+        issuers={plane.issuer_key_id: issuer},
+        replay_cache_size=plane.replay_cache_size,
+    )
+
+
+class LeaseCredentials:
+    """Turns a run's envelope into the upstream auth headers of that run only."""
+
+    def __init__(
+        self,
+        opener: EnvelopeOpener | None,
+        node_id: str,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._opener = opener
+        self._node_id = node_id
+        self._clock = clock
+
+    def headers(
+        self,
+        envelope: dict[str, Any] | None,
+        *,
+        run_id: str,
+        provider: ProviderPayload,
+        generation: int | None,
+    ) -> dict[str, str]:
+        """The provider's auth headers carrying the envelope's secret ({} in legacy mode)."""
+        if self._opener is None:
+            if envelope is not None:
+                raise EnvelopeRefused(
+                    "no_recipient_key",
+                    "this node has no credential_plane recipient key for a lease envelope",
+                )
+            return {}
+        if envelope is None:
+            raise EnvelopeRefused("missing", "the run carries no lease envelope (managed node)")
+        secret = self._opener.open(
+            envelope,
+            run_id=run_id,
+            node_id=self._node_id,
+            provider_id=provider.id,
+            generation=generation,
+            now=self._clock(),
+        )
+        return auth_headers(provider, secret.decode("utf-8", errors="strict"))
