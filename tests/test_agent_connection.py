@@ -6,11 +6,14 @@ import asyncio
 import logging
 import math
 
+import msgspec
 import pytest
 
 from nodes import wire
 from nodes.agent.client import Backoff
+from nodes.envelope import Binding
 from tests.fakes.edge import FakeEdge
+from tests.support.managed import mint_keys
 from tests.support.node_agent import running_node
 from tests.support.payloads import chat_body, node_payload, openai_provider
 from tests.support.tls import self_signed
@@ -136,24 +139,25 @@ async def test_node_with_credential_plane_keys_serves_a_run_over_wss_trusting_it
     TLS Edge it verifies with tls.ca_file and serves a run. Managed mode itself (sealed
     credentials) is not exercised here; the fake Edge never sends any."""
     cert, server_ctx = self_signed(tmp_path)
-    (tmp_path / "recipient.key").write_text("recipient key (file reference only)")
-    (tmp_path / "issuer.pub").write_text("issuer public key")
-    managed = {
-        "tls": {"ca_file": str(cert)},
-        "credential_plane": {
-            "recipient_key_id": "node-test-2026",
-            "recipient_private_key_file": "recipient.key",
-            "issuer_key_id": "edge-2026",
-            "issuer_public_key_file": "issuer.pub",
-            "replay_cache_size": 4096,
-        },
-    }
+    keys = mint_keys(tmp_path / "keys", "node-test")
+    managed = {"tls": {"ca_file": str(cert)}, "credential_plane": keys.node_plane()}
     payload = node_payload(openai_provider(fake_openai.url, pid="p1"))
     async with FakeEdge(payload, ssl_context=server_ctx) as fake_edge:
         assert fake_edge.url.startswith("wss://")
         async with running_node(fake_edge, tmp_path, config=managed):
             conn = await fake_edge.next_connection()
-            await conn.tunnel("t1", "p1", "chat_completions", chat_body())
+            binding = Binding("t1", "node-test", "p1", "slot", 1, 1, conn.generation)
+            conn.run("t1")
+            await conn.send(
+                wire.TunnelRequest(
+                    run_id="t1",
+                    provider_id="p1",
+                    operation="chat_completions",
+                    stream=False,
+                    body=msgspec.Raw(msgspec.json.encode(chat_body())),
+                    lease_envelope=keys.envelope(b"sk-test", binding),
+                )
+            )
             assert (await conn.wait_end("t1")).ends[0].ok
 
 

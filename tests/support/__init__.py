@@ -79,6 +79,10 @@ Modules
     ``self_signed(...)`` and ``Pki(directory)``: certificates minted in the test (a CA, an
     Edge certificate for loopback, Node client certificates, and expired, self-signed,
     wrong-name and wrong-CA ones).
+``managed``
+    ``mint_keys(directory, node_id) -> ManagedKeys``: the issuer and a Node's recipient key
+    pair as ``iop_keys`` writes them; ``.node_plane()`` (node.yaml ``credential_plane``),
+    ``.envelope(secret, binding, ...)`` (issued as the Edge issues it).
 """
 
 from tests.support.processes import ROOT, free_port, sha256_hex

@@ -1,0 +1,75 @@
+"""Managed-mode key material minted in the test (R-AUTH-4, R-MGD-4): the issuer pair, a
+Node's recipient pair, envelopes issued as the Edge issues them."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from catalog.management.commands.iop_keys import write_pair
+from nodes.envelope import Binding, issue
+
+ISSUER_KEY_ID = "edge-issuer-test"
+
+
+@dataclass
+class ManagedKeys:
+    directory: Path
+    node_id: str
+
+    @property
+    def issuer_key(self) -> Path:
+        return self.directory / "issuer.key"
+
+    @property
+    def node_pub(self) -> Path:
+        return self.directory / f"{self.node_id}.pub"
+
+    def node_plane(self, replay_cache_size: int = 64) -> dict[str, Any]:
+        """The Node's ``credential_plane`` block (node.yaml)."""
+        return {
+            "recipient_key_id": f"{self.node_id}-recipient",
+            "recipient_private_key_file": str(self.directory / f"{self.node_id}.key"),
+            "issuer_key_id": ISSUER_KEY_ID,
+            "issuer_public_key_file": str(self.directory / "issuer.pub"),
+            "replay_cache_size": replay_cache_size,
+        }
+
+    def envelope(
+        self,
+        secret: bytes,
+        binding: Binding,
+        *,
+        issuer: Ed25519PrivateKey | None = None,
+        now: float | None = None,
+        ttl_s: float = 60,
+    ) -> dict[str, Any]:
+        """An envelope issued exactly as the Edge issues it (``issuer`` forges one)."""
+        signer = issuer or serialization.load_pem_private_key(
+            self.issuer_key.read_bytes(), password=None
+        )
+        recipient = serialization.load_pem_public_key(self.node_pub.read_bytes())
+        assert isinstance(signer, Ed25519PrivateKey)
+        return issue(
+            secret,
+            binding,
+            recipient_key_id=f"{self.node_id}-recipient",
+            recipient=recipient,  # type: ignore[arg-type]
+            issuer_key_id=ISSUER_KEY_ID,
+            issuer=signer,
+            now=time.time() if now is None else now,
+            ttl_s=ttl_s,
+        )
+
+
+def mint_keys(directory: Path, node_id: str) -> ManagedKeys:
+    """issuer.key/.pub and NODE.key/.pub in ``directory``, as ``iop_keys`` writes them."""
+    write_pair(directory, "issuer", Ed25519PrivateKey.generate())
+    write_pair(directory, node_id, X25519PrivateKey.generate())
+    return ManagedKeys(directory, node_id)
