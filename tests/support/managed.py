@@ -73,3 +73,54 @@ def mint_keys(directory: Path, node_id: str) -> ManagedKeys:
     write_pair(directory, "issuer", Ed25519PrivateKey.generate())
     write_pair(directory, node_id, X25519PrivateKey.generate())
     return ManagedKeys(directory, node_id)
+
+
+def managed_document(keys: ManagedKeys, keyring_file: Path) -> dict[str, Any]:
+    """A managed-mode Edge document for in-process and catalog tests: one Node (``keys``'s
+    node id) with two GLM General providers and one GLM Coding Plan provider; model groups
+    ``glm`` (all three) and ``coder`` (the Coding Plan one)."""
+    upstream = "http://127.0.0.1:9/v4"
+    return {
+        "edge": {
+            "id": "e",
+            "listen": "127.0.0.1:17000",
+            "tls": {"cert_file": "edge.crt", "key_file": "edge.key"},
+        },
+        "admin": {"listen": "127.0.0.1:17001"},
+        "provider_pool": {"max_queue": 4, "queue_timeout_ms": 30000},
+        "openai": {
+            "listen": "127.0.0.1:17002",
+            "tls": {"cert_file": "api.crt", "key_file": "api.key"},
+        },
+        "credential_plane": {
+            "enabled": True,
+            "issuer": {"key_id": ISSUER_KEY_ID, "private_key_file": str(keys.issuer_key)},
+            "keyring_file": str(keyring_file),
+        },
+        "nodes": [
+            {
+                "id": keys.node_id,
+                "token_hash_sha256": "0" * 64,
+                "credential_recipient": {
+                    "key_id": f"{keys.node_id}-recipient",
+                    "public_key_file": str(keys.node_pub),
+                },
+                "providers": [
+                    {"id": "glm-general", "profile": "glm", "base_url": upstream},
+                    {"id": "glm-general-2", "profile": "glm", "base_url": upstream},
+                    {"id": "glm-coding", "profile": "glm_coding", "base_url": upstream},
+                ],
+            }
+        ],
+        "models": [
+            {
+                "id": "glm",
+                "providers": {
+                    "glm-general": "glm-4.6",
+                    "glm-general-2": "glm-4.6",
+                    "glm-coding": "glm-4.6",
+                },
+            },
+            {"id": "coder", "providers": {"glm-coding": "glm-4.6"}},
+        ],
+    }

@@ -1,0 +1,175 @@
+"""Credential slots, routes, the keyring and managed keys in the catalog, through the
+commands an operator runs (R-MGD-2, R-MGD-3, R-MGD-6, R-AUTH-4)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import stat
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from catalog.documents import document_to_catalog
+from catalog.keyring import Keyring, new_keyring
+from catalog.models import CredentialSlot, Route
+from tests.support.managed import ManagedKeys, managed_document, mint_keys
+
+pytestmark = pytest.mark.django_db
+
+SECRET = "sk-slot-canary-0b5e2a91"
+
+
+@pytest.fixture
+def keys(tmp_path) -> ManagedKeys:
+    return mint_keys(tmp_path / "keys", "n1")
+
+
+@pytest.fixture
+def keyring_file(tmp_path, keys) -> Path:
+    path = tmp_path / "keyring.json"
+    call_command("iop_keyring", "init", str(path), "--key-id", "k1", stdout=io.StringIO())
+    document_to_catalog(managed_document(keys, path))
+    return path
+
+
+def set_slot(slot: str, profile: str, secret: str = SECRET) -> str:
+    """``iop_slot set`` with ``secret`` on its stdin; what it printed."""
+    out = io.StringIO()
+    with mock.patch("sys.stdin", io.TextIOWrapper(io.BytesIO(secret.encode()))):
+        call_command("iop_slot", "set", slot, "--profile", profile, stdout=out)
+    return out.getvalue()
+
+
+def create_route(*args: str) -> str:
+    out = io.StringIO()
+    call_command("iop_route", "create", *args, "--json", stdout=out)
+    return json.loads(out.getvalue())["key"]
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_iop_keys_writes_private_keys_0600_and_never_overwrites_r_auth_4(tmp_path):
+    """R-AUTH-4: the issuer (Ed25519) and a Node's recipient (X25519) pairs, private 0600."""
+    out = tmp_path / "k"
+    call_command("iop_keys", "issuer", "--out", str(out), stdout=io.StringIO())
+    call_command("iop_keys", "node", "n1", "--out", str(out), stdout=io.StringIO())
+    assert mode(out / "issuer.key") == 0o600 and mode(out / "n1.key") == 0o600
+    assert b"BEGIN PUBLIC KEY" in (out / "issuer.pub").read_bytes()
+    before = (out / "issuer.key").read_bytes()
+    with pytest.raises(CommandError, match="exists; keys are never overwritten"):
+        call_command("iop_keys", "issuer", "--out", str(out), stdout=io.StringIO())
+    assert (out / "issuer.key").read_bytes() == before
+
+
+def test_a_slot_secret_is_stored_only_sealed_and_its_revision_bumps_r_mgd_2(keyring_file):
+    """R-MGD-2: the secret comes from stdin, is sealed under the keyring (newest key), and
+    every change bumps the slot's credential revision."""
+    assert "credential revision 1" in set_slot("glm-a", "glm")
+    slot = CredentialSlot.objects.get(key="glm-a")
+    assert SECRET not in slot.sealed and slot.sealed.startswith("v1:k1:")
+    assert Keyring.load(keyring_file).open(slot.sealed, "glm-a") == SECRET.encode()
+    set_slot("glm-a", "glm", "sk-another-secret")
+    slot.refresh_from_db()
+    assert slot.credential_revision == 2
+    assert Keyring.load(keyring_file).open(slot.sealed, "glm-a") == b"sk-another-secret"
+
+
+def test_a_slot_for_an_unknown_profile_or_an_empty_secret_is_refused_r_mgd_2(keyring_file):
+    with pytest.raises(CommandError, match="unknown profile 'nope'"):
+        set_slot("s", "nope")
+    with pytest.raises(CommandError, match="the secret is empty"):
+        set_slot("s", "glm", "  \n")
+    assert not CredentialSlot.objects.exists()
+
+
+def test_a_route_key_is_printed_once_and_only_its_sha256_stored_r_mgd_3(keyring_file):
+    """R-MGD-3: the raw key is returned once; the row holds its sha256 and the bindings."""
+    set_slot("glm-a", "glm")
+    key = create_route("team-a", "--model", "glm", "--slot", "glm=glm-a")
+    route = Route.objects.get(key="team-a")
+    assert route.key_hash_sha256 == hashlib.sha256(key.encode()).hexdigest()
+    assert key not in json.dumps(list(Route.objects.values()))
+    assert [str(b) for b in route.slots.all()] == ["glm=glm-a"]
+
+
+def test_a_route_naming_an_unknown_slot_is_refused(keyring_file):
+    with pytest.raises(CommandError, match="unknown slot 'missing'"):
+        create_route("r", "--model", "glm", "--slot", "glm-general=missing")
+    assert not Route.objects.exists()
+
+
+def test_a_route_using_a_slot_of_the_other_glm_family_is_refused_r_mgd_6(keyring_file):
+    """R-MGD-6: a GLM General slot never serves a GLM Coding Plan provider, nor the reverse;
+    a profile target covering a provider of the other family is refused too."""
+    set_slot("general", "glm")
+    set_slot("coding", "glm_coding")
+    with pytest.raises(CommandError, match="slot 'general' is for profile family 'glm'"):
+        create_route("r", "--model", "glm", "--slot", "glm-coding=general")
+    with pytest.raises(CommandError, match="slot 'coding' is for profile family 'glm_coding'"):
+        create_route("r", "--model", "glm", "--slot", "glm=coding")
+    assert not Route.objects.exists()
+    create_route("ok", "--model", "glm", "--slot", "glm=general", "--slot", "glm-coding=coding")
+
+
+def test_a_route_for_an_unknown_group_or_a_provider_outside_it_is_refused(keyring_file):
+    set_slot("coding", "glm_coding")
+    with pytest.raises(CommandError, match="unknown model group 'nope'"):
+        create_route("r", "--model", "nope", "--slot", "glm-coding=coding")
+    with pytest.raises(CommandError, match="'glm-general' is neither a provider of 'coder'"):
+        create_route("r", "--model", "coder", "--slot", "glm-general=coding")
+
+
+def test_rotation_adds_a_key_and_reseals_every_slot_r_mgd_2(keyring_file):
+    """R-MGD-2: rotate adds the newest key, keeps the old ones, re-seals every slot with the
+    new key; the secrets are unchanged."""
+    set_slot("a", "glm")
+    set_slot("b", "glm_coding", "sk-b-secret")
+    out = io.StringIO()
+    call_command("iop_keyring", "rotate", "--key-id", "k2", stdout=out)
+    assert "2 slot(s) re-sealed" in out.getvalue()
+    keyring = Keyring.load(keyring_file)
+    assert keyring.key_ids == ("k1", "k2") and mode(keyring_file) == 0o600
+    a, b = CredentialSlot.objects.order_by("key")
+    assert a.sealed.startswith("v1:k2:") and b.sealed.startswith("v1:k2:")
+    assert keyring.open(a.sealed, "a") == SECRET.encode()
+    assert keyring.open(b.sealed, "b") == b"sk-b-secret"
+
+
+def test_rotation_with_a_keyring_missing_a_key_id_changes_nothing(keyring_file):
+    """A slot sealed under a key the keyring lost: rotation is refused, naming the key id."""
+    set_slot("a", "glm")
+    keyring_file.write_text(new_keyring("other").dump())  # k1 is gone
+    sealed = CredentialSlot.objects.get().sealed
+    with pytest.raises(CommandError, match="sealed under key 'k1', not in the keyring"):
+        call_command("iop_keyring", "rotate", "--key-id", "k2", stdout=io.StringIO())
+    assert CredentialSlot.objects.get().sealed == sealed
+    assert Keyring.load(keyring_file).key_ids == ("other",)
+
+
+def test_a_corrupted_keyring_file_is_refused_naming_the_file(keyring_file):
+    keyring_file.write_text("{not json")
+    with pytest.raises(CommandError, match=f"the keyring file {keyring_file} is not a JSON"):
+        set_slot("a", "glm")
+    assert not CredentialSlot.objects.exists()
+
+
+def test_a_slot_secret_never_appears_in_dumpdata_or_the_config_export_r_mgd_2(keyring_file):
+    """R-MGD-2, R-AUTH-6: slots are outside the config document; the database dump holds
+    only the sealed value."""
+    set_slot("a", "glm")
+    create_route("team", "--model", "glm", "--slot", "glm=a")
+    dump = io.StringIO()
+    call_command("dumpdata", stdout=dump)
+    assert SECRET not in dump.getvalue()
+    assert "v1:k1:" in dump.getvalue()  # the sealed value is there, which proves the dump saw it
+    export = io.StringIO()
+    call_command("iop_config", "export", stdout=export)
+    assert SECRET not in export.getvalue()
+    assert "glm=a" not in export.getvalue()  # routes are not config either
