@@ -149,7 +149,7 @@ class ManagedPlane:
             if node.credential_recipient is not None:
                 key = node.credential_recipient
                 self._recipients[node.id] = (key.key_id, load_recipient_key(node.id, key))
-        self._read = sync_to_async(read, thread_sensitive=False)
+        self._read = sync_to_async(read)  # asgiref's one ORM thread (docs/credentials.md)
         self._clock = clock
 
     async def authenticate(self, headers: Headers, x_api_key: bool) -> Grant:

@@ -1,0 +1,191 @@
+"""Managed mode on the HTTP surface, in process: a route key is the caller's credential, it
+binds slots before admission, and each run carries an envelope the Node can open
+(R-AUTH-5, R-MGD-3, R-MGD-4, R-MGD-5).
+
+A real pool, NodeHub and OpenAIApp; the Node side opens envelopes with its real half
+(``nodes.agent.credentials``); slots and routes in the test database.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.core.management import call_command
+
+from catalog.documents import document_to_catalog
+from catalog.keyring import Keyring, new_keyring
+from catalog.slots import create_route, set_slot
+from nodes import wire
+from nodes.agent.config import CredentialPlane
+from nodes.agent.credentials import LeaseCredentials, load_opener
+from pool.http.app import OpenAIApp
+from tests.support.inprocess import Call, FakeNode, Runtime, answer_ok
+from tests.support.managed import managed_document, mint_keys
+from tests.support.payloads import chat_body, openai_provider
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SECRET = b"sk-surface-canary-93c1f0aa"
+
+
+class Managed:
+    """The Edge side in process and a Node that opens each run's envelope."""
+
+    def __init__(self, directory: Path) -> None:
+        self.keys = mint_keys(directory / "keys", "n1")
+        self.keyring_file = directory / "keyring.json"
+        call_command(
+            "iop_keyring", "init", str(self.keyring_file), "--key-id", "k1", stdout=io.StringIO()
+        )
+        self.document = managed_document(self.keys, self.keyring_file)
+        document_to_catalog(self.document)
+        set_slot("general", "glm", SECRET, self.keyring())
+        set_slot("coding", "glm_coding", b"sk-coding-secret", self.keyring())
+        self.key = create_route(
+            "team-a", "glm", {"glm-general": "general"}, principal_ref="research"
+        )
+        self.opened: list[tuple[str, bytes]] = []  # (provider id, secret) per opened run
+
+    def keyring(self) -> Keyring:
+        return Keyring.load(self.keyring_file)
+
+    async def start(self) -> None:
+        self.runtime = Runtime(self.document)
+        self.app = OpenAIApp(self.runtime)
+        self.node = FakeNode(self.runtime.hub, "n1")
+        self.node.script = self._open_and_answer
+        await self.node.start()
+        plane = CredentialPlane(**self.keys.node_plane())
+        self.credentials = LeaseCredentials(load_opener(plane), "n1")
+
+    async def _open_and_answer(self, node: FakeNode, run: Any) -> None:
+        provider = openai_provider(
+            "http://127.0.0.1:9",
+            pid=run.provider_id,
+            auth=wire.AuthPayload(type="header", header="X-Key", scheme=""),
+        )
+        headers = self.credentials.headers(
+            run.lease_envelope,
+            run_id=run.run_id,
+            provider=provider,
+            generation=node.session.generation,
+        )
+        self.opened.append((run.provider_id, headers["X-Key"].encode()))
+        await answer_ok(node, run)
+
+    def call(self, model: str = "glm", key: str | None = None, **kw: Any) -> Call:
+        return Call(
+            self.app,
+            "POST",
+            "/v1/chat/completions",
+            chat_body(model=model),
+            **kw,
+            token=self.key if key is None else key,
+        )
+
+    def idle(self) -> bool:
+        return self.runtime.pool.idle()
+
+
+@pytest.fixture
+async def edge(tmp_path) -> Managed:
+    managed = await sync_to_async(Managed)(tmp_path)
+    await managed.start()
+    return managed
+
+
+async def test_a_route_key_calls_its_model_with_the_slot_secret_r_mgd_3_r_mgd_4(edge):
+    """R-MGD-3, R-MGD-4: the route's slot secret reaches the Node sealed to it, for this run;
+    metering labels come from the route."""
+    call = await edge.call().done()
+    assert call.status == 200
+    assert edge.opened == [("glm-general", SECRET)]
+    (run,) = edge.node.runs
+    assert run.lease_envelope["slot_id"] == "general"
+    assert run.lease_envelope["credential_revision"] == 1
+    assert SECRET not in b"".join(edge.node.frames)  # sealed on the wire
+    (record,) = edge.runtime.meter.records
+    assert (record.principal_ref, record.token_ref) == ("research", "team-a")
+    assert edge.idle()
+
+
+async def test_only_providers_the_route_has_a_slot_for_are_candidates_r_mgd_3(edge):
+    """R-MGD-3: glm-general-2 would take the second request by round robin; the route has no
+    slot for it, so every request lands on glm-general."""
+    for _ in range(3):
+        assert (await edge.call().done()).status == 200
+    assert [provider for provider, _ in edge.opened] == ["glm-general"] * 3
+    assert edge.idle()
+
+
+async def test_a_changed_slot_is_used_by_the_next_request_without_restart_r_mgd_2(edge):
+    """R-MGD-2: the slot is read per request; its credential revision rises."""
+    assert (await edge.call().done()).status == 200
+    await sync_to_async(set_slot)("general", "glm", b"sk-rotated-secret", edge.keyring())
+    assert (await edge.call().done()).status == 200
+    assert [secret for _, secret in edge.opened] == [SECRET, b"sk-rotated-secret"]
+    assert edge.node.runs[1].lease_envelope["credential_revision"] == 2
+
+
+async def test_a_keyring_rotated_while_running_is_read_again(edge):
+    """R-MGD-2: iop_keyring rotate re-seals under a new key; the running Edge loads it."""
+    await sync_to_async(call_command)(
+        "iop_keyring", "rotate", "--key-id", "k2", stdout=io.StringIO()
+    )
+    assert (await edge.call().done()).status == 200
+    assert edge.opened == [("glm-general", SECRET)]
+
+
+async def test_a_route_for_another_model_group_is_refused_before_admission_r_auth_5(edge):
+    """R-AUTH-5: the route binds its group before admission: no lease, no run."""
+    call = await edge.call(model="coder").done()
+    assert call.status == 403
+    assert call.json()["error"]["code"] == "route_model_mismatch"
+    assert edge.node.runs == [] and edge.idle()
+
+
+async def test_an_unknown_route_key_is_refused(edge):
+    call = await edge.call(key="iop_route_not-a-real-key").done()
+    assert call.status == 401 and call.json()["error"]["code"] == "invalid_api_key"
+    assert edge.node.runs == []
+
+
+async def test_a_caller_supplied_provider_credential_is_refused_per_request_r_mgd_5(edge):
+    """R-MGD-5, R-AUTH-3: a legacy provider credential header is refused, not forwarded."""
+    call = await edge.call(headers={"X-IOP-Provider-Authorization": "Bearer sk-x"}).done()
+    assert call.status == 403
+    assert call.json()["error"]["code"] == "provider_credential_refused"
+    assert edge.node.runs == [] and edge.idle()
+
+
+async def test_a_keyring_missing_the_slots_key_fails_the_request_and_releases(edge, caplog):
+    """A slot sealed under a key id the keyring file no longer holds: 503, the log names the
+    slot and the key id, never a secret; the lease is back."""
+    caplog.set_level(logging.INFO)
+    edge.keyring_file.write_text(new_keyring("other").dump())
+    call = await edge.call().done()
+    assert call.status == 503 and call.json()["error"]["code"] == "credential_unavailable"
+    assert "slot 'general' is sealed under key 'k1', not in the keyring" in caplog.text
+    assert SECRET.decode() not in caplog.text + call.body.decode()
+    assert edge.node.runs == [] and edge.idle()
+
+
+async def test_a_node_refusing_the_envelope_answers_503_naming_why_r_mgd_4(edge):
+    """R-MGD-4: the Node's refusal reaches the caller as credential_unavailable with the
+    reason; the lease is back."""
+
+    async def refuse(node: FakeNode, run: Any) -> None:
+        error = wire.RunError("credential_refused", "lease envelope refused: it has expired")
+        await node.end(run.run_id, ok=False, error=error)
+
+    edge.node.script = refuse
+    call = await edge.call().done()
+    assert call.status == 503
+    error = call.json()["error"]
+    assert error["code"] == "credential_unavailable" and "expired" in error["message"]
+    assert edge.idle()
