@@ -13,6 +13,7 @@ from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
+import catalog.admin_credentials  # noqa: F401  (registers the credential pages)
 from catalog.config import ConfigError
 from catalog.documents import validate_catalog
 from catalog.forms import CatalogForm, PrincipalTokenForm, issue_lines, rejecting

@@ -13,6 +13,7 @@ from unittest import mock
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.urls import reverse
 
 from catalog.documents import document_to_catalog
 from catalog.keyring import Keyring, new_keyring
@@ -173,3 +174,54 @@ def test_a_slot_secret_never_appears_in_dumpdata_or_the_config_export_r_mgd_2(ke
     call_command("iop_config", "export", stdout=export)
     assert SECRET not in export.getvalue()
     assert "glm=a" not in export.getvalue()  # routes are not config either
+
+
+@pytest.fixture
+def staff(client, django_user_model):
+    user = django_user_model.objects.create(username="root", is_staff=True, is_superuser=True)
+    client.force_login(user)
+    return client
+
+
+def test_the_admin_takes_a_slot_secret_write_only_r_mgd_2(keyring_file, staff):
+    """R-MGD-2: the admin seals the secret it is given and never renders it back; saving
+    without a secret keeps the old one."""
+    add = reverse("admin:catalog_credentialslot_add")
+    assert 'type="password"' in staff.get(add).content.decode()
+    response = staff.post(add, {"key": "web", "profile": "glm", "secret": SECRET})
+    assert response.status_code == 302
+    slot = CredentialSlot.objects.get(key="web")
+    assert Keyring.load(keyring_file).open(slot.sealed, "web") == SECRET.encode()
+    change = reverse("admin:catalog_credentialslot_change", args=[slot.pk])
+    page = staff.get(change).content.decode()
+    assert SECRET not in page and slot.sealed not in page
+    assert staff.post(change, {"key": "web", "secret": ""}).status_code == 302
+    slot.refresh_from_db()
+    assert slot.credential_revision == 1
+    assert Keyring.load(keyring_file).open(slot.sealed, "web") == SECRET.encode()
+    staff.post(change, {"key": "web", "secret": "sk-admin-new"})
+    slot.refresh_from_db()
+    assert slot.credential_revision == 2
+
+
+def test_the_admin_lists_routes_without_their_keys_r_mgd_3(keyring_file, staff):
+    set_slot("a", "glm")
+    key = create_route("team", "--model", "glm", "--slot", "glm=a")
+    route = Route.objects.get()
+    page = staff.get(reverse("admin:catalog_route_changelist")).content.decode()
+    assert "team" in page and "glm=a" in page and key not in page
+    change = reverse("admin:catalog_route_change", args=[route.pk])
+    assert key not in staff.get(change).content.decode()
+    data = {
+        "principal_ref": "research",
+        "enabled": "",
+        "slots-TOTAL_FORMS": "1",
+        "slots-INITIAL_FORMS": "1",
+        "slots-MIN_NUM_FORMS": "0",
+        "slots-MAX_NUM_FORMS": "1000",
+        "slots-0-id": str(route.slots.get().pk),
+        "slots-0-route": str(route.pk),
+    }
+    assert staff.post(change, data).status_code == 302
+    route.refresh_from_db()
+    assert (route.principal_ref, route.enabled, route.revision) == ("research", False, 2)
