@@ -10,16 +10,18 @@ Modules
     module where tests do not interfere; end each test with ``stack.wait_idle()``.
 
     ``Stack(directory, *, upstreams=..., providers=..., models=..., nodes=None, openai=None,
-    edge=None, pool=None, profiles=None, env=None, log_level="INFO")``: ``upstreams`` maps a
-    name to a fake kind; ``"{up:NAME}"`` inside provider definitions becomes that upstream's
-    URL. ``providers`` belong to the one default node ``node-1``; ``nodes=[{"id": ...,
-    "providers": [...], "config": {...}}, ...]`` for more, ``config`` being extra node.yaml
-    keys (``tls``, ``policy``, ``limits``; ``"{up:NAME}"`` there is the upstream's
-    ``host:port``). ``openai``, ``edge``, ``pool`` (``provider_pool``) and ``profiles``
-    (``protocol_profiles``) are merged into the Edge config (``edge={"tls": ...}`` makes the
-    Nodes dial ``wss://``, ``openai={"tls": ...}`` makes ``openai_url`` https); ``env`` is
-    extra environment for the Edge and the Nodes. ``start()`` (or ``with Stack(...)``)
-    returns once every provider is online; ``start(wait_online=False)`` does not wait.
+    edge=None, pool=None, profiles=None, credential_plane=None, env=None, log_level="INFO")``:
+    ``upstreams`` maps a name to a fake kind; ``"{up:NAME}"`` inside provider definitions
+    becomes that upstream's URL. ``providers`` belong to the one default node ``node-1``;
+    ``nodes=[{"id": ..., "providers": [...], "config": {...}, "recipient": {...}}, ...]`` for
+    more, ``config`` being extra node.yaml keys (``tls``, ``policy``, ``limits``,
+    ``credential_plane``; ``"{up:NAME}"`` there is the upstream's ``host:port``) and
+    ``recipient`` the node's ``credential_recipient``. ``openai``, ``edge``, ``pool``
+    (``provider_pool``), ``profiles`` (``protocol_profiles``) and ``credential_plane`` are
+    merged into the Edge config (``edge={"tls": ...}`` makes the Nodes dial ``wss://``,
+    ``openai={"tls": ...}`` makes ``openai_url`` https); ``env`` is extra environment for the
+    Edge and the Nodes. ``start()`` (or ``with Stack(...)``) returns once every provider is
+    online; ``start(wait_online=False)`` does not wait.
 
     ``openai_url``, ``v1_url``, ``control_url`` (the control listener on ``admin.listen``),
     ``token`` (the raw client token; token_ref ``app-test``, principal_ref ``team-test``),
@@ -28,7 +30,8 @@ Modules
     ``wait_until(done, timeout, what)`` (polls ``/pool``), ``await until(done, what, within)``
     (the same, off the event loop), ``wait_online()``, ``wait_idle()`` (every counter 0),
     ``kill_node(index)``, ``restart_node(index)``, ``reset_upstreams()``, ``clean_slate()``,
-    ``create_superuser(username, password)`` (in the Edge's own database), ``logs()``,
+    ``create_superuser(username, password)`` (in the Edge's own database),
+    ``manage(*args, stdin=b"")`` (a ``manage.py`` command on that database), ``logs()``,
     ``refresh(mode, document) -> (status, report)`` (``POST /refresh``),
     ``send_chat(model, stream=False, token=None) -> HTTPConnection`` (sent, not read),
     ``stop()``.

@@ -90,6 +90,7 @@ class Stack:
         edge: dict[str, Any] | None = None,
         pool: dict[str, Any] | None = None,
         profiles: dict[str, Any] | None = None,
+        credential_plane: dict[str, Any] | None = None,
         env: dict[str, str] | None = None,
         log_level: str = "INFO",
     ) -> None:
@@ -102,6 +103,7 @@ class Stack:
         self._edge = edge or {}  # e.g. {"tls": {...}}: Nodes then dial wss://
         self._pool = pool or {}
         self._profiles = profiles or {}
+        self._credential_plane = credential_plane  # managed mode (docs/credentials.md)
         self._env = env or {}
         self._log_level = log_level
         self.token = "iop-test-" + secrets.token_urlsafe(24)
@@ -198,6 +200,7 @@ class Stack:
                 {
                     "id": n["id"],
                     "token_hash_sha256": sha256_hex(self._node_tokens[n["id"]]),
+                    **({"credential_recipient": n["recipient"]} if "recipient" in n else {}),
                     "providers": _substitute(n["providers"], urls),
                 }
                 for n in self._nodes_spec
@@ -206,6 +209,8 @@ class Stack:
         }
         if self._profiles:
             doc["protocol_profiles"] = _substitute(self._profiles, urls)
+        if self._credential_plane is not None:
+            doc["credential_plane"] = self._credential_plane
         self.config_path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
     def _edge_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -219,6 +224,21 @@ class Stack:
                 **(extra or {}),
             }
         )
+
+    def manage(self, *args: str, stdin: bytes = b"") -> str:
+        """``manage.py ARGS`` against the running Edge's own database; its stdout.
+        A failing command raises with its stderr."""
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=self._edge_env(),
+            input=stdin,
+            capture_output=True,
+            timeout=60,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"manage.py {args[0]} failed: {done.stderr.decode()[-2000:]}")
+        return done.stdout.decode()
 
     def create_superuser(self, username: str, password: str) -> None:
         """A superuser in the running Edge's own database (``manage.py createsuperuser``)."""
