@@ -57,8 +57,10 @@ class CredentialSlotAdmin(admin.ModelAdmin):
     search_fields = ("key", "profile")
 
     def get_readonly_fields(self, request: HttpRequest, obj=None) -> tuple[str, ...]:
-        # R-MGD-6: a slot keeps its profile; a new family is a new slot.
-        return ("profile", "credential_revision") if obj is not None else ("credential_revision",)
+        # R-MGD-6: a slot keeps its profile; its id is bound into the sealed value.
+        if obj is not None:
+            return ("key", "profile", "credential_revision")
+        return ("credential_revision",)
 
     def save_model(self, request: HttpRequest, obj: CredentialSlot, form, change: bool) -> None:
         secret = form.cleaned_data.get("secret", "")

@@ -69,6 +69,10 @@ def set_slot(slot_id: str, profile: str, secret: bytes, keyring: Keyring) -> Cre
     secret = secret.strip()
     if not secret:
         raise CredentialError(f"slot {slot_id!r}: the secret is empty")
+    try:
+        secret.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CredentialError(f"slot {slot_id!r}: the secret is not UTF-8 text") from None
     if len(secret) > MAX_SECRET_BYTES:
         raise CredentialError(f"slot {slot_id!r}: the secret is larger than {MAX_SECRET_BYTES}")
     snapshot = catalog_snapshot()

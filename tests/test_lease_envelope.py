@@ -145,6 +145,8 @@ def test_malformed_envelopes_are_refused(keys) -> None:
     refused(lambda: open_(opener(keys), "nope", BINDING, NOW), "malformed")
     refused(lambda: open_(opener(keys), {**make(keys), "v": 9}, BINDING, NOW), "malformed")
     refused(lambda: open_(opener(keys), {**make(keys), "sig": 5}, BINDING, NOW), "bad_signature")
+    odd_issuer = {**make(keys), "issuer": ["iss-1"]}  # not a string: no lookup, no crash
+    refused(lambda: open_(opener(keys), odd_issuer, BINDING, NOW), "unknown_issuer")
 
 
 def test_the_replay_cache_is_bounded_and_forgets_only_expired_ids(keys) -> None:

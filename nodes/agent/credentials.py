@@ -104,4 +104,8 @@ class LeaseCredentials:
             generation=generation,
             now=self._clock(),
         )
-        return auth_headers(provider, secret.decode("utf-8", errors="strict"))
+        try:
+            text = secret.decode("utf-8")
+        except UnicodeDecodeError:
+            raise EnvelopeRefused("malformed", "the lease envelope's secret is not UTF-8") from None
+        return auth_headers(provider, text)

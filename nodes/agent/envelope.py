@@ -88,7 +88,8 @@ class EnvelopeOpener:
             raise EnvelopeRefused("malformed", "the lease envelope is not an object")
         if envelope.get("v") != VERSION:
             raise EnvelopeRefused("malformed", "unknown lease envelope version")
-        issuer = self._issuers.get(envelope.get("issuer"))  # type: ignore[arg-type]
+        issuer_id = envelope.get("issuer")
+        issuer = self._issuers.get(issuer_id) if isinstance(issuer_id, str) else None
         if issuer is None:
             raise EnvelopeRefused(
                 "unknown_issuer", "the lease envelope's issuer key is not trusted"
