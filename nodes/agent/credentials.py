@@ -83,7 +83,7 @@ class LeaseCredentials:
         envelope: dict[str, Any] | None,
         *,
         run_id: str,
-        provider: ProviderPayload,
+        provider: ProviderPayload | None,
         generation: int | None,
     ) -> dict[str, str]:
         """The provider's auth headers carrying the envelope's secret ({} in legacy mode)."""
@@ -96,6 +96,8 @@ class LeaseCredentials:
             return {}
         if envelope is None:
             raise EnvelopeRefused("missing", "the run carries no lease envelope (managed node)")
+        if provider is None:
+            raise EnvelopeRefused("unknown_provider", "the envelope's provider is not on this node")
         secret = self._opener.open(
             envelope,
             run_id=run_id,

@@ -156,7 +156,7 @@ class Router:
             auth = self._credentials.headers(
                 message.lease_envelope,
                 run_id=run_id,
-                provider=registry.providers[message.provider_id],
+                provider=registry.providers.get(message.provider_id),
                 generation=self._generation,
             )
         except EnvelopeRefused as exc:
