@@ -2,8 +2,8 @@
 
 The hot path (docs/architecture.md). Per request: one snapshot identity check, header dict,
 auth by digest, bounded body, one JSON parse, one pool decision, one frame to the Node, then
-relay; one meter record at the end. No ORM, no Django, no logging except for a failure of the
-Edge itself.
+relay; one meter record at the end. No ORM (except managed mode's one route read,
+docs/credentials.md), no Django, no logging except for a failure of the Edge itself.
 """
 
 from __future__ import annotations
