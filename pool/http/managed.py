@@ -106,20 +106,21 @@ class Grant:
 
 
 def read_grant(digest: str) -> Grant | None:
-    """The enabled route whose key hashes to ``digest``, with its slots (one ORM read)."""
-    from catalog.models import Route  # the surface module loads before Django's apps
+    """The enabled route whose key hashes to ``digest``, with its slots: one query (a route
+    always has at least one slot)."""
+    from catalog.models import RouteSlot  # the surface module loads before Django's apps
 
-    route = Route.objects.filter(key_hash_sha256=digest, enabled=True).first()
-    if route is None:
-        return None
-    slots = {
-        binding.target: SlotUse(
-            binding.slot.key,
-            binding.slot.profile,
-            binding.slot.credential_revision,
-            binding.slot.sealed,
+    bindings = list(
+        RouteSlot.objects.filter(route__key_hash_sha256=digest, route__enabled=True).select_related(
+            "route", "slot"
         )
-        for binding in route.slots.select_related("slot")
+    )
+    if not bindings:
+        return None
+    route = bindings[0].route
+    slots = {
+        b.target: SlotUse(b.slot.key, b.slot.profile, b.slot.credential_revision, b.slot.sealed)
+        for b in bindings
     }
     return Grant(
         route.key, route.principal_ref or route.key, route.model_group, route.revision, slots
