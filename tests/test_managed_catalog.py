@@ -87,9 +87,12 @@ def test_a_slot_for_an_unknown_profile_or_an_empty_secret_is_refused_r_mgd_2(key
         set_slot("s", "nope")
     with pytest.raises(CommandError, match="the secret is empty"):
         set_slot("s", "glm", "  \n")
-    with pytest.raises(CommandError, match="the secret is not UTF-8 text"):
-        with mock.patch("sys.stdin", io.TextIOWrapper(io.BytesIO(b"\xff\xfe"))):
-            call_command("iop_slot", "set", "s", "--profile", "glm", stdout=io.StringIO())
+    stdin = io.TextIOWrapper(io.BytesIO(b"\xff\xfe"))
+    with (
+        pytest.raises(CommandError, match="the secret is not UTF-8 text"),
+        mock.patch("sys.stdin", stdin),
+    ):
+        call_command("iop_slot", "set", "s", "--profile", "glm", stdout=io.StringIO())
     assert not CredentialSlot.objects.exists()
 
 
