@@ -1,0 +1,214 @@
+"""Managed credential mode with real processes over TLS: a managed Edge (runedge, https and
+wss) and a managed Node (iop-node), slots and routes set by the operator's commands, the
+official OpenAI SDK as the caller, a fake upstream that records what it receives
+(R-AUTH-3..6, R-MGD-1..6). Keys and certificates are minted in the test."""
+
+from __future__ import annotations
+
+import json
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import yaml
+
+from tests.support import Stack
+from tests.support.managed import ISSUER_KEY_ID, ManagedKeys, mint_keys
+from tests.support.tls import Pair, Pki
+
+pytestmark = pytest.mark.slow
+
+SECRET = "sk-e2e-canary-4f2c9b7d1a"  # unique: searched for everywhere at the end
+ROTATED = "sk-e2e-rotated-8e3a6c05"
+NODE = "node-1"
+
+
+def _tls(pair: Pair) -> dict[str, str]:
+    return {"cert_file": str(pair.cert), "key_file": str(pair.key)}
+
+
+class Managed:
+    """The running stack, its keys and CA, the route key and every answer body seen."""
+
+    def __init__(self, stack: Stack, pki: Pki, keys: ManagedKeys) -> None:
+        self.stack, self.pki, self.keys = stack, pki, keys
+        self.key = ""
+        self.answers: list[str] = []
+
+    def sdk(self, key: str | None = None, **headers: str) -> openai.OpenAI:
+        """The official SDK over https, trusting only the test CA."""
+        return openai.OpenAI(
+            base_url=self.stack.v1_url,
+            api_key=self.key if key is None else key,
+            default_headers=headers or None,
+            http_client=httpx.Client(verify=ssl.create_default_context(cafile=self.pki.ca_file)),
+            max_retries=0,
+        )
+
+    def chat(self, model: str = "glm", key: str | None = None, **headers: str) -> str:
+        with self.sdk(key, **headers) as client:
+            reply = client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "hi"}]
+            )
+        text = reply.model_dump_json()
+        self.answers.append(text)
+        return text
+
+    def refused(self, model: str = "glm", key: str | None = None, **headers: str) -> Any:
+        with pytest.raises(openai.APIStatusError) as info:
+            self.chat(model, key, **headers)
+        self.answers.append(info.value.response.text)
+        return info.value
+
+    def upstream_auth(self) -> list[str]:
+        return [r.headers.get("authorization", "") for r in self.stack.upstream().server.requests]
+
+
+@pytest.fixture(scope="module")
+def managed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Managed]:
+    directory = tmp_path_factory.mktemp("managed")
+    pki = Pki(directory / "pki")
+    keys = mint_keys(directory / "keys", NODE)
+    keyring = directory / "keyring.json"
+    providers = [
+        {"id": "glm-general", "profile": "glm", "base_url": "{up:main}/v1", "capacity": 2},
+        {"id": "glm-coding", "profile": "glm_coding", "base_url": "{up:main}/v1"},
+    ]
+    node_config = {"tls": {"ca_file": str(pki.ca_file)}, "credential_plane": keys.node_plane()}
+    stack = Stack(
+        directory / "stack",
+        edge={"tls": _tls(pki.edge)},
+        openai={"tls": _tls(pki.edge), "principal_tokens": []},
+        credential_plane={
+            "enabled": True,
+            "issuer": {"key_id": ISSUER_KEY_ID, "private_key_file": str(keys.issuer_key)},
+            "keyring_file": str(keyring),
+        },
+        nodes=[
+            {
+                "id": NODE,
+                "providers": providers,
+                "config": node_config,
+                "recipient": {"key_id": f"{NODE}-recipient", "public_key_file": str(keys.node_pub)},
+            }
+        ],
+        models=[
+            {"id": "glm", "providers": {"glm-general": "glm-4.6"}},
+            {"id": "coder", "providers": {"glm-coding": "glm-4.6"}},
+        ],
+        log_level="DEBUG",  # the canary must not show up even at the most verbose level
+    )
+    stack.manage("iop_keyring", "init", str(keyring), "--key-id", "k1")
+    with stack:
+        env = Managed(stack, pki, keys)
+        stack.manage("iop_slot", "set", "glm-main", "--profile", "glm", stdin=SECRET.encode())
+        out = stack.manage(
+            "iop_route", "create", "team-a", "--model", "glm", "--slot", "glm=glm-main", "--json"
+        )
+        env.key = json.loads(out)["key"]
+        yield env
+
+
+def test_a_route_key_calls_a_model_and_the_upstream_gets_exactly_the_slot_secret_r_mgd_4(
+    managed: Managed,
+):
+    """R-MGD-3, R-MGD-4: https caller with a route key, Node over wss, the slot secret
+    delivered in a lease envelope and sent upstream as the profile's bearer credential."""
+    managed.stack.reset_upstreams()
+    reply = json.loads(managed.chat())
+    assert reply["choices"][0]["message"]["content"]
+    assert managed.upstream_auth() == [f"Bearer {SECRET}"]
+    managed.stack.wait_idle()
+
+
+def test_a_rotated_slot_and_keyring_are_used_by_the_next_request_without_restart_r_mgd_2(
+    managed: Managed,
+):
+    """R-MGD-2: a new slot secret, then a keyring rotation (every slot re-sealed under a new
+    key), each used by the very next request of the same Edge process."""
+    stack = managed.stack
+    assert stack.edge is not None
+    pid = stack.edge.popen.pid
+    stack.reset_upstreams()
+    stack.manage("iop_slot", "set", "glm-main", "--profile", "glm", stdin=ROTATED.encode())
+    managed.chat()
+    stack.manage("iop_keyring", "rotate", "--key-id", "k2")
+    managed.chat()
+    stack.manage("iop_slot", "set", "glm-main", "--profile", "glm", stdin=SECRET.encode())
+    managed.chat()
+    assert managed.upstream_auth() == [f"Bearer {ROTATED}", f"Bearer {ROTATED}", f"Bearer {SECRET}"]
+    assert stack.edge.popen.pid == pid and stack.edge.alive()  # the same process throughout
+    stack.wait_idle()
+
+
+def test_callers_outside_their_route_are_refused_and_nothing_leaks_r_auth_5_r_mgd_5(
+    managed: Managed,
+):
+    """R-AUTH-5: another model group; R-MGD-5: a caller-supplied provider credential; an
+    unknown key. None reaches the upstream; every counter is back to zero."""
+    managed.stack.reset_upstreams()
+    other = managed.refused(model="coder")
+    assert other.status_code == 403 and other.body["code"] == "route_model_mismatch"
+    forwarded = managed.refused(**{"X-IOP-Provider-Authorization": "Bearer sk-caller"})
+    assert forwarded.status_code == 403 and forwarded.body["code"] == "provider_credential_refused"
+    unknown = managed.refused(key="iop_route_unknown")
+    assert unknown.status_code == 401 and unknown.body["code"] == "invalid_api_key"
+    assert managed.upstream_auth() == []
+    managed.stack.wait_idle()
+
+
+def test_routes_with_an_unknown_slot_or_a_slot_of_the_other_glm_family_are_refused_r_mgd_6(
+    managed: Managed,
+):
+    """R-MGD-6: a GLM General slot can never serve the GLM Coding Plan provider."""
+    with pytest.raises(RuntimeError, match="unknown slot 'nope'"):
+        managed.stack.manage(
+            "iop_route", "create", "r1", "--model", "coder", "--slot", "glm-coding=nope"
+        )
+    with pytest.raises(RuntimeError, match="slot 'glm-main' is for profile family 'glm'"):
+        managed.stack.manage(
+            "iop_route", "create", "r2", "--model", "coder", "--slot", "glm-coding=glm-main"
+        )
+
+
+def test_the_slot_secret_appears_nowhere_on_edge_or_node_r_auth_6(managed: Managed):
+    """R-AUTH-6, R-MGD-2: after calls, rotations and refusals, the canary secrets are in no
+    log (Edge and Node, DEBUG), metric, response, refresh report, config export or
+    database dump."""
+    stack = managed.stack
+    managed.chat()
+    document = yaml.safe_load(stack.config_path.read_text())
+    status, report = stack.refresh("dry_run", document)
+    assert status == 200, report
+    places = {
+        "logs": stack.logs(),
+        "metrics": stack.metrics_text(),
+        "responses": "\n".join(managed.answers),
+        "refresh report": json.dumps(report),
+        "config export": stack.manage("iop_config", "export"),
+        "dumpdata": stack.manage("dumpdata"),
+    }
+    assert "glm-main" in places["dumpdata"]  # the dump did include the slot table
+    for where, text in places.items():
+        for secret in (SECRET, ROTATED):
+            assert secret not in text, f"a slot secret appears in the {where}"
+    stack.wait_idle()
+
+
+def test_managed_mode_refuses_to_start_without_tls_or_with_an_unreadable_key_r_mgd_5(
+    tmp_path: Path, managed: Managed
+):
+    """R-MGD-5, R-AUTH-3: no TLS on the Node listener or the OpenAI listener is refused at
+    load; a key file that does not parse stops runedge naming the file."""
+    document = yaml.safe_load(managed.stack.config_path.read_text())
+    del document["edge"]["tls"], document["openai"]["tls"]
+    bad = tmp_path / "edge.yaml"
+    bad.write_text(yaml.safe_dump(document))
+    with pytest.raises(RuntimeError) as info:
+        managed.stack.manage("iop_config", "validate", str(bad))
+    assert "edge.tls: is required when credential_plane.enabled" in str(info.value)
+    assert "openai.tls: is required when credential_plane.enabled" in str(info.value)
