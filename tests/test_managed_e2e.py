@@ -175,6 +175,41 @@ def test_routes_with_an_unknown_slot_or_a_slot_of_the_other_glm_family_are_refus
         )
 
 
+def test_a_slot_under_a_key_missing_from_the_keyring_or_a_corrupted_keyring_fails_clearly(
+    managed: Managed, tmp_path: Path
+):
+    """A slot sealed under a key id the keyring file does not hold (here: sealed with another
+    keyring), then the keyring file corrupted: each request is 503 credential_unavailable,
+    the Edge log names the slot and key id, then the file (never a secret); nothing reaches
+    the upstream, every lease is back. Sealing it again under the real keyring heals it."""
+    stack = managed.stack
+    keyring = managed.keys.directory.parent / "keyring.json"
+    stray = tmp_path / "stray-keyring.json"
+    stack.manage("iop_keyring", "init", str(stray), "--key-id", "k9")
+    set_slot = ("iop_slot", "set", "glm-main", "--profile", "glm")
+    stack.manage(*set_slot, "--keyring", str(stray), stdin=SECRET.encode())
+    good = keyring.read_text()
+    stack.reset_upstreams()
+    try:
+        lost = managed.refused()
+        assert lost.status_code == 503 and lost.body["code"] == "credential_unavailable"
+        keyring.write_text("{not json")
+        corrupt = managed.refused()
+        assert corrupt.status_code == 503 and corrupt.body["code"] == "credential_unavailable"
+    finally:
+        keyring.write_text(good)
+    assert stack.edge is not None
+    log = stack.edge.log.read_text()
+    assert "slot 'glm-main' is sealed under key 'k9', not in the keyring" in log
+    assert f"the keyring file {keyring} is not a JSON object" in log
+    assert managed.upstream_auth() == []
+    stack.wait_idle()
+    stack.manage(*set_slot, stdin=SECRET.encode())
+    managed.chat()
+    assert managed.upstream_auth() == [f"Bearer {SECRET}"]
+    stack.wait_idle()
+
+
 def test_the_slot_secret_appears_nowhere_on_edge_or_node_r_auth_6(managed: Managed):
     """R-AUTH-6, R-MGD-2: after calls, rotations and refusals, the canary secrets are in no
     log (Edge and Node, DEBUG), metric, response, refresh report, config export or
