@@ -189,3 +189,30 @@ async def test_a_node_refusing_the_envelope_answers_503_naming_why_r_mgd_4(edge)
     error = call.json()["error"]
     assert error["code"] == "credential_unavailable" and "expired" in error["message"]
     assert edge.idle()
+
+
+async def test_a_failover_stays_among_the_routes_providers_r_mgd_3_r_health_1(edge):
+    """R-MGD-3 with R-HEALTH-1: the route binds glm-general and glm-coding (each to a slot of
+    its family); when the first fails before the first byte, the retry goes to the other with
+    its own slot's secret, never to glm-general-2, which the route has no slot for."""
+    key = await sync_to_async(create_route)(
+        "team-b", "glm", {"glm-general": "general", "glm-coding": "coding"}
+    )
+
+    async def fail_first(node: FakeNode, run: Any) -> None:
+        if len(node.runs) == 1:
+            error = wire.RunError(
+                "upstream_error", "connection refused", retryable=True, phase=wire.PHASE_CONNECT
+            )
+            await node.end(run.run_id, ok=False, error=error)
+        else:
+            await edge._open_and_answer(node, run)
+
+    edge.node.script = fail_first
+    call = await edge.call(key=key).done()
+    assert call.status == 200
+    first, second = (run.provider_id for run in edge.node.runs)
+    assert {first, second} == {"glm-general", "glm-coding"}  # never glm-general-2
+    secrets = {"glm-general": SECRET, "glm-coding": b"sk-coding-secret"}
+    assert edge.opened == [(second, secrets[second])]
+    assert edge.idle()
