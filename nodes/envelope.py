@@ -14,6 +14,7 @@ import base64
 import json
 import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives import hashes, serialization
@@ -26,6 +27,33 @@ VERSION = 1
 HKDF_INFO = b"iop-edge lease envelope v1"
 NONCE_BYTES = 12
 DEFAULT_TTL_S = 60
+MAX_KEY_FILE_BYTES = 16 * 1024
+
+
+class KeyFileError(ValueError):
+    """A managed-mode key file cannot be used; the message names the file, never a key."""
+
+
+def load_key(path: str, what: str, kind: type, label: str, *, private: bool) -> Any:
+    """The PEM key in ``path`` (the config key ``what`` names it), which must be a ``label``
+    (Ed25519, X25519) private or public key. Used by the Edge and the Node alike."""
+    side = "private" if private else "public"
+    try:
+        data = Path(path).expanduser().read_bytes()[: MAX_KEY_FILE_BYTES + 1]
+    except OSError as exc:
+        raise KeyFileError(f"{what}: cannot read {path} ({exc.strerror})") from None
+    if len(data) > MAX_KEY_FILE_BYTES:
+        raise KeyFileError(f"{what}: {path} is larger than {MAX_KEY_FILE_BYTES} bytes")
+    try:
+        if private:
+            key: object = serialization.load_pem_private_key(data, password=None)
+        else:
+            key = serialization.load_pem_public_key(data)
+    except ValueError:
+        raise KeyFileError(f"{what}: {path} is not a PEM {side} key") from None
+    if not isinstance(key, kind):
+        raise KeyFileError(f"{what}: {path} is not an {label} {side} key")
+    return key
 
 
 @dataclass(frozen=True, slots=True)

@@ -184,4 +184,5 @@ def test_a_node_whose_key_files_do_not_load_refuses_to_start(tmp_path, keys, cap
     )
     assert main(["--config", str(config), "--check"]) == 2
     err = capsys.readouterr().err
-    assert "credential_plane.recipient_private_key_file: not a PEM private key" in err
+    bad = tmp_path / "bad.key"
+    assert f"credential_plane.recipient_private_key_file: {bad} is not a PEM private key" in err

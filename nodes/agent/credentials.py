@@ -9,53 +9,34 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from nodes.agent.adapters.http import auth_headers
 from nodes.agent.config import CredentialPlane
 from nodes.agent.envelope import EnvelopeOpener, EnvelopeRefused
+from nodes.envelope import load_key
 from nodes.wire import ProviderPayload
-
-MAX_KEY_FILE_BYTES = 16 * 1024
-
-
-class CredentialKeyError(ValueError):
-    """A key file of ``credential_plane`` cannot be used; names the file, never a key."""
-
-
-def _read(path: str, what: str) -> bytes:
-    try:
-        data = Path(path).expanduser().read_bytes()[: MAX_KEY_FILE_BYTES + 1]
-    except OSError as exc:
-        raise CredentialKeyError(f"{what}: cannot read {path} ({exc.strerror})") from None
-    if len(data) > MAX_KEY_FILE_BYTES:
-        raise CredentialKeyError(f"{what}: {path} is larger than {MAX_KEY_FILE_BYTES} bytes")
-    return data
 
 
 def load_opener(plane: CredentialPlane) -> EnvelopeOpener:
-    """The Node's recipient key and trusted issuer key, checked at start."""
-    what = "credential_plane.recipient_private_key_file"
-    try:
-        recipient = serialization.load_pem_private_key(
-            _read(plane.recipient_private_key_file, what), password=None
-        )
-    except ValueError:
-        raise CredentialKeyError(f"{what}: not a PEM private key") from None
-    if not isinstance(recipient, X25519PrivateKey):
-        raise CredentialKeyError(f"{what}: not an X25519 private key")
-    what = "credential_plane.issuer_public_key_file"
-    try:
-        issuer = serialization.load_pem_public_key(_read(plane.issuer_public_key_file, what))
-    except ValueError:
-        raise CredentialKeyError(f"{what}: not a PEM public key") from None
-    if not isinstance(issuer, Ed25519PublicKey):
-        raise CredentialKeyError(f"{what}: not an Ed25519 public key")
+    """The Node's recipient key and trusted issuer key, checked at start (``KeyFileError``)."""
+    recipient: X25519PrivateKey = load_key(
+        plane.recipient_private_key_file,
+        "credential_plane.recipient_private_key_file",
+        X25519PrivateKey,
+        "X25519",
+        private=True,
+    )
+    issuer: Ed25519PublicKey = load_key(
+        plane.issuer_public_key_file,
+        "credential_plane.issuer_public_key_file",
+        Ed25519PublicKey,
+        "Ed25519",
+        private=False,
+    )
     return EnvelopeOpener(
         recipient_key_id=plane.recipient_key_id,
         recipient=recipient,

@@ -11,8 +11,9 @@ import sys
 from nodes.agent import __version__
 from nodes.agent.client import NodeClient
 from nodes.agent.config import NodeConfig, NodeConfigError, load_config
+from nodes.agent.credentials import load_opener
 from nodes.agent.secrets import SecretError, resolve_secret
-from nodes.agent.credentials import CredentialKeyError, load_opener
+from nodes.envelope import KeyFileError
 from nodes.heap import settle_heap
 
 log = logging.getLogger("iop_node")
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config)
         if config.credential_plane is not None:  # R-AUTH-4: the keys must load at start
             load_opener(config.credential_plane)
-    except (NodeConfigError, CredentialKeyError) as exc:
+    except (NodeConfigError, KeyFileError) as exc:
         print(exc, file=sys.stderr)
         return 2
     try:  # a Node without its token could only be refused, again and again

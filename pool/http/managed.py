@@ -14,66 +14,36 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 
 from catalog.config import EdgeSnapshot, KeyFile, ProviderSpec
 from catalog.keyring import Keyring, KeyringError
-from nodes.envelope import Binding, issue
+from nodes.envelope import Binding, KeyFileError, issue, load_key
 from pool.http.auth import Caller, Headers, presented_token
 from pool.http.errors import HttpError
 
 log = logging.getLogger("iop.http")
 
-MAX_KEY_FILE_BYTES = 16 * 1024
-
-
-class ManagedKeyError(Exception):
-    """A managed-mode key file cannot be used; the message names the file, never a key."""
-
-
-def _read_key(path: str, what: str) -> bytes:
-    try:
-        data = Path(path).expanduser().read_bytes()[: MAX_KEY_FILE_BYTES + 1]
-    except OSError as exc:
-        raise ManagedKeyError(f"{what}: cannot read {path} ({exc.strerror})") from None
-    if len(data) > MAX_KEY_FILE_BYTES:
-        raise ManagedKeyError(f"{what}: {path} is larger than {MAX_KEY_FILE_BYTES} bytes")
-    return data
-
 
 def load_issuer_key(key: KeyFile) -> Ed25519PrivateKey:
     what = "credential_plane.issuer.private_key_file"
-    try:
-        loaded = serialization.load_pem_private_key(_read_key(key.path, what), password=None)
-    except ValueError:
-        raise ManagedKeyError(f"{what}: {key.path} is not a PEM private key") from None
-    if not isinstance(loaded, Ed25519PrivateKey):
-        raise ManagedKeyError(f"{what}: {key.path} is not an Ed25519 private key")
-    return loaded
+    return load_key(key.path, what, Ed25519PrivateKey, "Ed25519", private=True)
 
 
 def load_recipient_key(node_id: str, key: KeyFile) -> X25519PublicKey:
     what = f"nodes[{node_id}].credential_recipient.public_key_file"
-    try:
-        loaded = serialization.load_pem_public_key(_read_key(key.path, what))
-    except ValueError:
-        raise ManagedKeyError(f"{what}: {key.path} is not a PEM public key") from None
-    if not isinstance(loaded, X25519PublicKey):
-        raise ManagedKeyError(f"{what}: {key.path} is not an X25519 public key")
-    return loaded
+    return load_key(key.path, what, X25519PublicKey, "X25519", private=False)
 
 
 def load_keyring(path: str) -> Keyring:
     try:
         return Keyring.load(path)
     except KeyringError as exc:
-        raise ManagedKeyError(f"credential_plane.keyring_file: {exc}") from None
+        raise KeyFileError(f"credential_plane.keyring_file: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)

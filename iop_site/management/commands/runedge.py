@@ -31,11 +31,12 @@ class Command(BaseCommand):
                 self.stderr.write(str(issue))
             raise CommandError(f"invalid config: {len(exc.issues)} error(s)") from None
         if snapshot.credential_plane is not None:  # R-MGD-4: every managed key readable
-            from pool.http.managed import ManagedKeyError, ManagedPlane
+            from nodes.envelope import KeyFileError
+            from pool.http.managed import ManagedPlane
 
             try:
                 ManagedPlane(snapshot)
-            except ManagedKeyError as exc:
+            except KeyFileError as exc:
                 raise CommandError(f"managed mode cannot start: {exc}") from None
         names = " ".join(f"{it.role}={it.url()}" for it in listeners(snapshot))
         if snapshot.openai_tls is not None and not settings.IOP_HTTPS:
