@@ -29,6 +29,7 @@ class NodeConsumer(AsyncConsumer):
     touches the ORM (docs/architecture.md: the Node websocket consumer).
     """
 
+
     def __init__(self, hub: NodeHub) -> None:
         super().__init__()
         self.hub = hub
