@@ -29,7 +29,6 @@ class NodeConsumer(AsyncConsumer):
     touches the ORM (docs/architecture.md: the Node websocket consumer).
     """
 
-
     def __init__(self, hub: NodeHub) -> None:
         super().__init__()
         self.hub = hub

@@ -34,8 +34,8 @@ from pool.http.failover import (
     verdict_of,
 )
 from pool.http.gated import Admit, gated_source
-from pool.http.naming import ModelNames
 from pool.http.managed import RouteCredentials
+from pool.http.naming import ModelNames
 from pool.http.operations import ParsedRequest
 from pool.http.plane import DataPlane
 from pool.http.relay import Exchange, relay_stream, relay_whole
