@@ -134,7 +134,7 @@ def test_managed_mode_refuses_caller_provider_credentials_r_auth_3() -> None:
     managed = rule(managed=True)
     with pytest.raises(HttpError) as caught:
         managed.forward_headers(h(x_iop_provider_authorization="sk-caller"))
-    assert (caught.value.status, caught.value.code) == (403, "provider_credential_refused")
+    assert (caught.value.status, caught.value.code) == (400, "provider_credential_refused")
     assert "sk-caller" not in caught.value.message
     assert managed.forward_headers({}) == ()
 

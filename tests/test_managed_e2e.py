@@ -154,7 +154,7 @@ def test_callers_outside_their_route_are_refused_and_nothing_leaks_r_auth_5_r_mg
     other = managed.refused(model="coder")
     assert other.status_code == 403 and other.body["code"] == "route_model_mismatch"
     forwarded = managed.refused(**{"X-IOP-Provider-Authorization": "Bearer sk-caller"})
-    assert forwarded.status_code == 403 and forwarded.body["code"] == "provider_credential_refused"
+    assert forwarded.status_code == 400 and forwarded.body["code"] == "provider_credential_refused"
     unknown = managed.refused(key="iop_route_unknown")
     assert unknown.status_code == 401 and unknown.body["code"] == "invalid_api_key"
     assert managed.upstream_auth() == []

@@ -158,7 +158,7 @@ async def test_an_unknown_route_key_is_refused(edge):
 async def test_a_caller_supplied_provider_credential_is_refused_per_request_r_mgd_5(edge):
     """R-MGD-5, R-AUTH-3: a legacy provider credential header is refused, not forwarded."""
     call = await edge.call(headers={"X-IOP-Provider-Authorization": "Bearer sk-x"}).done()
-    assert call.status == 403
+    assert call.status == 400
     assert call.json()["error"]["code"] == "provider_credential_refused"
     assert edge.node.runs == [] and edge.idle()
 

@@ -46,9 +46,9 @@ ERRORS: dict[str, Row] = {
         401, "invalid_request_error", "authentication_error", "invalid or missing API key"
     ),
     "provider_credential_refused": Row(
-        403,
+        400,
         "invalid_request_error",
-        "permission_error",
+        "invalid_request_error",
         "caller-supplied provider credentials are refused in managed mode",
     ),
     "route_model_mismatch": Row(
