@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from nodes import wire
 
@@ -113,3 +114,63 @@ class RunChannel:
         if isinstance(item, str):
             self._taken += len(item)
         return item
+
+
+class RunOutput(Protocol):
+    """What a run's output is read from: a ``RunChannel`` or a filter over one."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def node_id(self) -> str: ...
+
+    def get_nowait(self) -> str | wire.RunEnd | None: ...
+
+    async def get(self) -> str | wire.RunEnd: ...
+
+    def hold(self) -> None: ...
+
+    def release(self) -> None: ...
+
+
+class FilteredRun:
+    """A run's output seen through a filter (a translation, the stream gate): what ``_take``
+    makes of each item of ``source`` is read in order, with the run's own id, Node and flow
+    control. Subclasses write ``_take``; they may put zero or more items in ``_out``."""
+
+    __slots__ = ("_out", "_src")
+
+    def __init__(self, source: RunOutput) -> None:
+        self._src = source
+        self._out: deque[str | wire.RunEnd] = deque()
+
+    @property
+    def run_id(self) -> str:
+        return self._src.run_id
+
+    @property
+    def node_id(self) -> str:
+        return self._src.node_id
+
+    def get_nowait(self) -> str | wire.RunEnd | None:
+        while not self._out:
+            item = self._src.get_nowait()
+            if item is None:
+                return None
+            self._take(item)
+        return self._out.popleft()
+
+    async def get(self) -> str | wire.RunEnd:
+        while not self._out:
+            self._take(await self._src.get())
+        return self._out.popleft()
+
+    def hold(self) -> None:
+        self._src.hold()
+
+    def release(self) -> None:
+        self._src.release()
+
+    def _take(self, item: str | wire.RunEnd) -> None:
+        raise NotImplementedError

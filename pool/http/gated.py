@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nodes import wire
 from nodes.hub import NodeUnavailable
+from nodes.runs import FilteredRun
 from pool.engine import Lease
 from pool.engine.errors import PoolError
 from pool.gate import FilterPipeline, FilterSpec, GateVerdict
@@ -149,28 +149,19 @@ class Recovery:
         return None if opened is None else opened[0]
 
 
-class GatedSource:
+class GatedSource(FilteredRun):
     """A ``RunSource`` whose Chat SSE passed the gate, across every attempt of the request."""
 
-    __slots__ = ("_chat", "_observed", "_out", "_provider", "_recovered", "_recovery", "_src")
+    __slots__ = ("_chat", "_observed", "_provider", "_recovered", "_recovery")
 
     def __init__(self, source: RunSource, recovery: Recovery) -> None:
-        self._src = source
+        super().__init__(source)
         self._recovery = recovery
         self._chat = GatedChat(recovery.pipeline(), recovery.request.model)
         lease = recovery.attempt.lease
         self._provider = lease.provider_id if lease is not None else ""
-        self._out: deque[str | wire.RunEnd] = deque()
         self._recovered = False  # a recovery happened: count it when the stream is complete
         self._observed = False
-
-    @property
-    def run_id(self) -> str:
-        return self._src.run_id
-
-    @property
-    def node_id(self) -> str:
-        return self._src.node_id
 
     def get_nowait(self) -> str | wire.RunEnd | None:
         while not self._out:
@@ -189,12 +180,6 @@ class GatedSource:
                 continue
             self._take(await self._src.get())
         return self._out.popleft()
-
-    def hold(self) -> None:
-        self._src.hold()
-
-    def release(self) -> None:
-        self._src.release()
 
     def _take(self, item: str | wire.RunEnd) -> None:
         """Gate one item; input that gave no output yet is held by the gate (at most its

@@ -12,30 +12,14 @@ from typing import Protocol
 
 from edgekit.http import Receive, Send
 from nodes import wire
+from nodes.runs import RunOutput
 from pool.http.body import ClientGone
 from pool.http.errors import HttpError, error_json, from_run_error, stream_error_event
 from pool.http.naming import ModelNames
 
-
-class RunSource(Protocol):
-    """What the relay reads a run's output from: the Node's ``RunChannel`` or a translation
-    of it (``pool.translate.channel``); filters on the client's protocol belong here too."""
-
-    @property
-    def run_id(self) -> str: ...
-
-    @property
-    def node_id(self) -> str: ...
-
-    def get_nowait(self) -> str | wire.RunEnd | None: ...
-
-    async def get(self) -> str | wire.RunEnd: ...
-
-    def hold(self) -> None:
-        """What was taken is written but the client has not read it yet (R-IN-5)."""
-
-    def release(self) -> None:
-        """Everything taken so far is off the Edge: the Node may send that much more."""
+# What the relay reads a run's output from: the Node's ``RunChannel`` or a filter over it
+# (``pool.translate.channel``, ``pool.http.gated``).
+RunSource = RunOutput
 
 
 PING_INTERVAL_S = 15.0  # an idle stream gets an SSE comment so a dead peer surfaces

@@ -8,19 +8,17 @@ which the relay reports in the client's own error shape; what follows it is drop
 
 from __future__ import annotations
 
-from collections import deque
-
 from nodes import wire
-from nodes.runs import RunChannel
+from nodes.runs import FilteredRun, RunChannel
 from pool.translate.common import StreamTranslator, TranslationError, WholeTranslator
 
 MAX_WHOLE_BODY_CHARS = 64 * 1024 * 1024  # as the relay bounds an untranslated answer
 
 
-class TranslatedChannel:
+class TranslatedChannel(FilteredRun):
     """``channel``'s items translated by ``stream`` (a streamed run) or ``whole`` (not)."""
 
-    __slots__ = ("_body", "_ended", "_out", "_size", "_src", "_stream", "_whole")
+    __slots__ = ("_body", "_ended", "_size", "_stream", "_whole")
 
     def __init__(
         self,
@@ -29,40 +27,12 @@ class TranslatedChannel:
         stream: StreamTranslator | None = None,
         whole: WholeTranslator | None = None,
     ) -> None:
-        self._src = channel
+        super().__init__(channel)
         self._stream = stream
         self._whole = whole
-        self._out: deque[str | wire.RunEnd] = deque()
         self._body: list[str] = []
         self._size = 0
         self._ended = False
-
-    @property
-    def run_id(self) -> str:
-        return self._src.run_id
-
-    @property
-    def node_id(self) -> str:
-        return self._src.node_id
-
-    def get_nowait(self) -> str | wire.RunEnd | None:
-        while not self._out:
-            item = self._src.get_nowait()
-            if item is None:
-                return None
-            self._take(item)
-        return self._out.popleft()
-
-    async def get(self) -> str | wire.RunEnd:
-        while not self._out:
-            self._take(await self._src.get())
-        return self._out.popleft()
-
-    def hold(self) -> None:
-        self._src.hold()
-
-    def release(self) -> None:
-        self._src.release()
 
     def _take(self, item: str | wire.RunEnd) -> None:
         """Translate one item; input that gave no output yet is held by the translator, not
