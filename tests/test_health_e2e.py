@@ -115,14 +115,16 @@ def test_a_failure_after_the_first_byte_is_not_retried_and_ends_in_band_r_health
 # --- ejection, recovery and probes -------------------------------------------------------------
 
 
-HEALTHY_FLAG = "cli-healthy.flag"
+# The cli provider's probe fails while this file exists: absent from the start, so p-cli is
+# healthy until the R-HEALTH-3 test makes it fail (its probes run through the whole module).
+FAILING_FLAG = "cli-failing.flag"
 
 
 @pytest.fixture(scope="module")
 def health_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     directory = tmp_path_factory.mktemp("health")
-    flag = str(directory / HEALTHY_FLAG)
-    probe = f"import os, sys; sys.exit(0 if os.path.exists({flag!r}) else 1)"
+    flag = str(directory / FAILING_FLAG)
+    probe = f"import os, sys; sys.exit(1 if os.path.exists({flag!r}) else 0)"
     with Stack(
         directory,
         upstreams={"flaky": "openai", "good": "openai", "probed": "openai"},
@@ -209,34 +211,58 @@ def test_a_dead_provider_costs_callers_nothing_and_is_ejected_then_restored_r_he
     stack.wait_idle()
 
 
+def health_changes(stack: Stack, provider_id: str) -> list[tuple[str, str, str]]:
+    """Every logged change of ``provider_id``'s health, in order: (before, after, detail)."""
+    pattern = rf"provider {provider_id} \(node node-1\): (\w+) -> (\w+)(.*)"
+    return [(m[0], m[1], m[2]) for m in re.findall(pattern, stack.logs())]
+
+
 def test_failing_probes_eject_and_a_passing_one_restores_without_a_slot_r_health_3(
     health_stack: Stack,
 ) -> None:
     """R-HEALTH-3: the Node's probes alone move the providers (the HTTP one by its models
-    operation, the cli one by its probe_command); no lease is ever taken."""
+    operation, the cli one by its probe_command); no lease is ever taken.
+
+    Each provider is watched on its own: their probes tick independently, so the first one
+    ejected may already be on a failed trial (R-HEALTH-2) when the other is ejected."""
     stack = health_stack
     probed = stack.upstream("probed")
+    reasons = {
+        "p-probed": "probe failed: upstream answered HTTP 503 (2 failures in a row)",
+        "p-cli": "probe failed: probe command exited with code 1 (2 failures in a row)",
+    }
+    assert all(stack.provider(pid)["health"] == "healthy" for pid in reasons)
     probed.server.faults.status = 503
-    watched = ("p-probed", "p-cli")
+    (stack.dir / FAILING_FLAG).touch()
 
-    def all_in(state: str) -> Any:
+    def first_in(state: str, first: dict[str, dict[str, Any]]) -> Any:
+        """Each watched provider's row as first seen in ``state``; done when all were."""
+
         def done(snap: dict[str, Any]) -> bool:
-            assert all(provider_row(snap, pid)["in_flight"] == 0 for pid in watched)
-            return all(provider_row(snap, pid)["health"] == state for pid in watched)
+            for pid in reasons:
+                row = provider_row(snap, pid)
+                assert row["in_flight"] == 0, row
+                if row["health"] == state:
+                    first.setdefault(pid, row)
+            return len(first) == len(reasons)
 
         return done
 
-    stack.wait_until(all_in("ejected"), 15, "ejected by probes")
-    snap = stack.pool_snapshot()
-    assert provider_row(snap, "p-probed")["health_reason"] == (
-        "probe failed: upstream answered HTTP 503 (2 failures in a row)"
-    )
-    assert provider_row(snap, "p-cli")["health_reason"] == (
-        "probe failed: probe command exited with code 1 (2 failures in a row)"
-    )
+    ejected: dict[str, dict[str, Any]] = {}
+    stack.wait_until(first_in("ejected", ejected), 15, "ejected by probes")
+    for pid, reason in reasons.items():
+        # Seen at once (an ejection lasts 3 s, the poll 20 ms) and logged first: a later
+        # ejection would be a failed trial with its own reason.
+        assert ejected[pid]["health_reason"] == reason
+        assert health_changes(stack, pid)[0] == ("healthy", "ejected", f" for 3 s: {reason}")
     assert {r.path for r in probed.server.requests} == {"/v1/models"}
     probed.reset()
-    (stack.dir / HEALTHY_FLAG).touch()
-    stack.wait_until(all_in("healthy"), 15, "restored by probes")
+    (stack.dir / FAILING_FLAG).unlink()
+    stack.wait_until(first_in("healthy", {}), 15, "restored by probes")
+    for pid in reasons:
+        changes = health_changes(stack, pid)
+        assert changes[-1][1:] == ("healthy", " (an active probe succeeded)"), changes
+        # In between only the backoff cycle: probing, then a failed probe as the trial.
+        assert {c[:2] for c in changes[1:-1]} <= {("ejected", "probing"), ("probing", "ejected")}
     assert chat_paths(stack, "probed") == []
     stack.wait_idle()
