@@ -37,8 +37,11 @@ Modules
     ``stop()``.
     ``provider_row(snapshot, provider_id)``: a provider's row of a snapshot.
 ``processes``
-    ``ROOT``, ``free_port()``, ``sha256_hex(text)``, ``child_env()``, ``Proc``, the migrated
-    database template.
+    ``ROOT``, ``sha256_hex(text)``, ``child_env()``, ``Proc``, the migrated database template.
+``ports``
+    ``free_port()``: a loopback port for one listener, never handed out twice in a process,
+    locked against parallel test processes (a shared lock file), outside the kernel's
+    ephemeral range and bindable when handed out.
 ``pids``
     ``alive(pid)``, ``reaped(pid)``, ``await wait_exit(pid)``: process checks via /proc and
     pidfd, for tests that kill commands.
@@ -88,7 +91,8 @@ Modules
     ``.envelope(secret, binding, ...)`` (issued as the Edge issues it).
 """
 
-from tests.support.processes import ROOT, free_port, sha256_hex
+from tests.support.ports import free_port
+from tests.support.processes import ROOT, sha256_hex
 from tests.support.stack import PRINCIPAL_REF, TOKEN_REF, Stack, messages_profile, provider_row
 from tests.support.upstream_loop import FakeUpstream
 

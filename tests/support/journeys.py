@@ -24,14 +24,8 @@ from typing import Any
 import yaml
 
 from catalog.config.rules.example_tokens import ALLOW_ENV as ALLOW_EXAMPLE_HASHES
-from tests.support.processes import (
-    EDGE_YAML,
-    ROOT,
-    Proc,
-    child_env,
-    free_port,
-    migrated_template,
-)
+from tests.support.ports import free_port
+from tests.support.processes import EDGE_YAML, ROOT, Proc, child_env, migrated_template
 
 JOURNEYS_MD = ROOT / "docs" / "journeys.md"
 EXAMPLE_PORTS = {"edge": 7700, "admin": 7701, "openai": 8080}

@@ -8,22 +8,16 @@ import hashlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from tests.support.ports import free_port as free_port  # also imported from here
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 EDGE_YAML = ROOT / "configs" / "edge.yaml"  # the shipped example config
 STOP_TIMEOUT_S = 10.0
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def sha256_hex(text: str) -> str:

@@ -23,14 +23,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from tests.support.processes import (
-    ROOT,
-    Proc,
-    child_env,
-    free_port,
-    migrated_template,
-    sha256_hex,
-)
+from tests.support.ports import free_port
+from tests.support.processes import ROOT, Proc, child_env, migrated_template, sha256_hex
 from tests.support.upstream_loop import FakeUpstream
 
 START_TIMEOUT_S = 30.0
