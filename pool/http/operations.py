@@ -19,6 +19,11 @@ from pool.http.errors import HttpError
 # never passed through (the URL comes only from the provider's profile, R-PROF-6).
 FORBIDDEN_FIELDS = ("api_base", "base_url", "api_key")
 BYTES_PER_TOKEN = 4
+# R-IN-3, docs/http-api.md: arrays and objects nested deeper are refused. The parser follows
+# nearly as deep as the interpreter's recursion limit, but the body is encoded again for the
+# Node further down the call stack, where that limit comes sooner: a fixed bound far below.
+MAX_NESTING = 128
+TOO_DEEP = f"the request body is nested too deeply (at most {MAX_NESTING} levels)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,9 +146,11 @@ def parse_request(endpoint: Endpoint, body: bytes) -> ParsedRequest:
     except msgspec.DecodeError:  # also invalid UTF-8
         raise _invalid("the request body is not valid JSON") from None
     except RecursionError:  # R-IN-3: msgspec raises this, not DecodeError, on deep nesting
-        raise _invalid("the request body is nested too deeply") from None
+        raise _invalid(TOO_DEEP) from None
     if not isinstance(data, dict):
         raise _invalid("the request body must be a JSON object")
+    if nested_deeper_than(MAX_NESTING, body, data):
+        raise _invalid(TOO_DEEP)
     for name in FORBIDDEN_FIELDS:
         if name in data:
             raise _invalid(f"'{name}' is not accepted: the upstream is chosen by the model", name)
@@ -181,6 +188,22 @@ def parse_request(endpoint: Endpoint, body: bytes) -> ParsedRequest:
         input_tokens_estimate=estimate_tokens(body, data),
         body_bytes=len(body),
     )
+
+
+def nested_deeper_than(levels: int, body: bytes, data: Any) -> bool:
+    """Whether arrays and objects in ``data`` (decoded from ``body``) nest more than ``levels``
+    deep, the top level being 1. A body with no more brackets than that cannot: only the rare
+    other one is walked (iteratively, containers only)."""
+    if body.count(b"[") + body.count(b"{") <= levels:
+        return False
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > levels:
+            return True
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
 
 
 def _is_int(value: Any) -> bool:
