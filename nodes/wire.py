@@ -67,7 +67,7 @@ class ProviderPayload(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=
     credential: SecretRefPayload | None = None
     headers: dict[str, str] = {}  # static, non-secret extra headers
     capabilities: list[str] = []
-    model_mapping: dict[str, str] = {}
+    model_mapping: dict[str, str] = {}  # unused: the Edge maps once itself (R-PROF-5)
     served_models: dict[str, str] = {}  # model group -> served model name
     command: list[str] | None = None  # cli adapter
     env: dict[str, SecretRefPayload] = {}  # cli adapter: extra environment, by reference

@@ -334,15 +334,15 @@ async def test_forwarded_caller_credential_replaces_the_configured_one(
     assert fake_openai.requests[0].headers["authorization"] == "Bearer caller-key"
 
 
-async def test_model_mapping_maps_an_external_key_to_the_served_target(
+async def test_the_body_goes_upstream_as_the_edge_mapped_it_never_mapped_again(
     fake_openai, upstream_client
 ):
-    """R-PROF-5: a profile model_mapping applies to the upstream model value."""
-    provider = openai_provider(fake_openai.url, model_mapping={"glm-public": "glm-4.6"})
+    """R-PROF-5: the Edge maps the model once; a body whose model is itself a mapping key
+    (a chained mapping ``a: b``, ``b: c``) is not mapped a second time on the Node."""
+    provider = openai_provider(fake_openai.url, model_mapping={"a": "b", "b": "c"})
     adapter = OpenAICompatAdapter(provider, upstream_client)
-    await adapter.run(spec("chat_completions", chat_body(model="glm-public")), Sink())
-    await adapter.run(spec("chat_completions", chat_body(model="other")), Sink())
-    assert [r.json["model"] for r in fake_openai.requests] == ["glm-4.6", "other"]
+    await adapter.run(spec("chat_completions", chat_body(model="b")), Sink())
+    assert [r.json["model"] for r in fake_openai.requests] == ["b"]
 
 
 async def test_operation_urls_are_used_exactly_as_compiled(fake_openai, upstream_client):

@@ -96,22 +96,6 @@ def parse_json_body(body: bytes) -> dict[str, Any]:
     return data
 
 
-def map_model(body: bytes, mapping: Mapping[str, str]) -> bytes:
-    """R-PROF-5: map an external model key to the served target when the profile has a
-    mapping for it. The Edge normally sends the served target already; then this is a
-    no-op and the body goes upstream byte-for-byte."""
-    if not mapping or not body:
-        return body
-    try:
-        data = msgspec.json.decode(body)
-    except msgspec.DecodeError:
-        return body  # the upstream reports malformed bodies itself
-    if isinstance(data, dict) and isinstance(data.get("model"), str) and data["model"] in mapping:
-        data["model"] = mapping[data["model"]]
-        return msgspec.json.encode(data)
-    return body
-
-
 def usage_from(obj: Any) -> Usage | None:
     """Usage from an OpenAI (prompt/completion) or Anthropic/Responses (input/output) dict."""
     if not isinstance(obj, dict):

@@ -57,7 +57,7 @@ def _arguments(raw: Any) -> Any:
     return raw if isinstance(raw, dict) else {}
 
 
-def to_ollama(body: dict[str, Any], stream: bool, mapping: dict[str, str]) -> dict[str, Any]:
+def to_ollama(body: dict[str, Any], stream: bool) -> dict[str, Any]:
     """Translate an OpenAI chat completions request into an Ollama /api/chat request."""
     messages = []
     for msg in body.get("messages") or []:
@@ -83,9 +83,8 @@ def to_ollama(body: dict[str, Any], stream: bool, mapping: dict[str, str]) -> di
         if role == "tool" and isinstance(msg.get("name"), str):
             out["tool_name"] = msg["name"]
         messages.append(out)
-    model = body.get("model", "")
     request: dict[str, Any] = {
-        "model": mapping.get(model, model),  # R-PROF-5; normally already the served target
+        "model": body.get("model", ""),  # the served target, mapped once by the Edge (R-PROF-5)
         "messages": messages,
         "stream": stream,
     }
@@ -181,7 +180,7 @@ class OllamaAdapter:
     async def run(self, request: RunSpec, emit: Emit) -> Usage | None:
         url = self._url(request.operation)
         body = parse_json_body(request.body)
-        upstream_body = to_ollama(body, request.stream, self.provider.model_mapping)
+        upstream_body = to_ollama(body, request.stream)
         model = upstream_body["model"]
         async with Upstream(
             self._http,

@@ -7,7 +7,7 @@ import codecs
 
 import msgspec
 
-from nodes.agent.adapters.base import AdapterError, Emit, RunSpec, map_model, send, usage_from
+from nodes.agent.adapters.base import AdapterError, Emit, RunSpec, send, usage_from
 from nodes.agent.adapters.http import HttpClient, Upstream, merge_headers, provider_headers
 from nodes.agent.adapters.sse import UsageScanner
 from nodes.wire import ANTHROPIC_VERSION, ProviderPayload, Usage
@@ -36,7 +36,8 @@ class OpenAICompatAdapter:
                 detail=f"provider {self.provider.id} does not serve operation {request.operation}",
             )
         method = "GET" if request.operation in _GET_OPERATIONS else "POST"
-        body = None if method == "GET" else map_model(request.body, self.provider.model_mapping)
+        # The Edge already sent the served target, mapped once (R-PROF-5): never remapped here.
+        body = None if method == "GET" else request.body
         # R-AUTH-2: a forwarded caller credential replaces the configured one.
         headers = merge_headers(self._headers, request.forward_headers)
         forwarded = tuple(request.forward_headers.values())
