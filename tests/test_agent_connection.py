@@ -136,12 +136,14 @@ async def test_node_with_credential_plane_keys_serves_a_run_over_wss_trusting_it
     fake_openai, tmp_path
 ):
     """R-TLS-2: a Node whose config carries credential_plane (which requires wss://) dials a
-    TLS Edge it verifies with tls.ca_file and serves a run. Managed mode itself (sealed
-    credentials) is not exercised here; the fake Edge never sends any."""
+    TLS Edge it verifies with tls.ca_file and serves a run with the credential the Edge sealed
+    for it; the fake Edge stands in for the Edge and its control plane (the real managed
+    Edge end to end: tests/test_managed_e2e.py)."""
     cert, server_ctx = self_signed(tmp_path)
     keys = mint_keys(tmp_path / "keys", "node-test")
     managed = {"tls": {"ca_file": str(cert)}, "credential_plane": keys.node_plane()}
-    payload = node_payload(openai_provider(fake_openai.url, pid="p1"))
+    bearer = wire.AuthPayload(type="bearer")
+    payload = node_payload(openai_provider(fake_openai.url, pid="p1", auth=bearer))
     async with FakeEdge(payload, ssl_context=server_ctx) as fake_edge:
         assert fake_edge.url.startswith("wss://")
         async with running_node(fake_edge, tmp_path, config=managed):
@@ -159,6 +161,7 @@ async def test_node_with_credential_plane_keys_serves_a_run_over_wss_trusting_it
                 )
             )
             assert (await conn.wait_end("t1")).ends[0].ok
+    assert [r.headers.get("authorization") for r in fake_openai.requests] == ["Bearer sk-test"]
 
 
 async def test_wss_without_the_right_ca_does_not_connect_and_keeps_retrying(

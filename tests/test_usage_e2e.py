@@ -1,14 +1,16 @@
 """Usage attribution and the GLM endpoints end to end: the official SDK → a real Edge → a
 real Node → the upstream URL and credential actually used, then `/metrics` (R-CFG-4,
-R-PROF-7, R-PROF-7b, R-CFG-12)."""
+R-PROF-7, R-PROF-7b, R-PROF-7c, R-CFG-12)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import openai
 import pytest
 
+from catalog.config.profiles import BUILTIN_PROFILES
 from tests.support import PRINCIPAL_REF, TOKEN_REF, Stack
 
 pytestmark = pytest.mark.slow
@@ -17,20 +19,28 @@ GENERAL_KEY = "zai-general-canary-1f3a"
 CODING_KEY = "zai-coding-canary-9c2e"
 
 
+def builtin_url_on_the_fake(profile: str) -> str:
+    """R-PROF-7c: the built-in profile's own base URL with only its host redirected to the
+    loopback fake, so a wrong built-in path fails the full-cycle test."""
+    url = urlsplit(BUILTIN_PROFILES[profile].base_url)
+    assert (url.scheme, url.netloc) == ("https", "api.z.ai")
+    return "{up:main}" + url.path
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     providers = [
         {
             "id": "glm-general",
             "profile": "glm",
-            "base_url": "{up:main}/api/paas/v4",
+            "base_url": builtin_url_on_the_fake("glm"),
             "credential": {"env": "ZAI_API_KEY"},
             "capacity": 2,
         },
         {
             "id": "glm-coding",
             "profile": "glm_coding",
-            "base_url": "{up:main}/api/coding/paas/v4",
+            "base_url": builtin_url_on_the_fake("glm_coding"),
             "credential": {"env": "ZAI_CODING_PLAN_KEY"},
             "capacity": 2,
         },
