@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from catalog.config import load_snapshot
+from pool.engine import ProviderPool
+from pool.policy import policy_from_snapshot
 from tests.support.config import load_issues
 from tests.support.config_examples import EXAMPLE_NODE_TOKEN_HASH, example_document
 
@@ -243,23 +247,44 @@ def test_mixed_and_ollama_only_groups_load_r_cfg_10():
     assert list(snapshot.models["local-only"].providers) == ["ollama-a"]
 
 
-def test_models_catalog_is_the_static_source_of_truth_r_cfg_11():
-    """R-CFG-11: what a provider serves comes only from models[]; nothing is discovered."""
+def test_what_a_provider_serves_is_read_from_the_models_mapping_r_cfg_11():
+    """R-CFG-11: a provider's served models are the models[] entries naming it."""
     snapshot = load_snapshot(example_document())
     assert dict(snapshot.served_models("ollama-a")) == {"chat-model": "llama3"}
     assert dict(snapshot.served_models("cli-a")) == {"echo": "echo"}
 
 
-def test_concurrency_is_metadata_not_an_admission_limit_r_cfg_13():
-    """R-CFG-13: concurrency loads as metadata; it neither bounds nor changes capacity."""
+async def test_concurrency_is_metadata_not_an_admission_limit_r_cfg_13():
+    """R-CFG-13: concurrency, on a provider or as the legacy node-level key, loads as metadata
+    and neither bounds nor changes admission: every slot of capacity is still leased."""
     document = example_document()
+    document["nodes"][0]["concurrency"] = 1
     _provider(document, 0)["concurrency"] = 1
     _provider(document, 1)["concurrency"] = 64  # above capacity: still fine
     snapshot = load_snapshot(document)
-    assert snapshot.providers["compat-a"].capacity == 2
-    assert snapshot.providers["compat-a"].concurrency == 1
-    assert snapshot.providers["ollama-a"].capacity == 1
-    assert snapshot.providers["ollama-a"].concurrency == 64
+    assert snapshot.nodes[0].concurrency == 1
+    assert (
+        snapshot.providers["compat-a"].capacity,
+        snapshot.providers["compat-a"].concurrency,
+    ) == (2, 1)
+    assert (
+        snapshot.providers["ollama-a"].capacity,
+        snapshot.providers["ollama-a"].concurrency,
+    ) == (1, 64)
+    pool = ProviderPool(policy_from_snapshot(snapshot))
+    pool.node_ready("node-a", 1)
+    leases = [await asyncio.wait_for(pool.acquire("chat-model"), 5) for _ in range(3)]
+    assert sorted(lease.provider_id for lease in leases) == ["compat-a", "compat-a", "ollama-a"]
+    leases.append(await asyncio.wait_for(pool.acquire("echo"), 5))
+    for lease in leases:
+        pool.release(lease)
+    assert pool.idle()
+
+
+def test_a_negative_node_concurrency_is_refused_naming_the_path_r_cfg_13():
+    document = example_document()
+    document["nodes"][0]["concurrency"] = -1
+    assert [m.split(":")[0] for m in load_issues(document)] == ["nodes[0].concurrency"]
 
 
 @pytest.mark.parametrize("bad_id", ["", "has space", "-leading", "a/b"])

@@ -161,6 +161,7 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
                 node_doc.token_hash_sha256,
                 tuple(specs),
                 _recipient(node_doc),
+                node_doc.concurrency,
             )
         )
     models: dict[str, ModelGroupSpec] = {}

@@ -83,6 +83,7 @@ class NodeSpec:
     token_hash_sha256: str
     providers: tuple[ProviderSpec, ...] = ()
     credential_recipient: KeyFile | None = None  # managed mode: its X25519 public key (R-MGD-4)
+    concurrency: int | None = None  # R-CFG-13: legacy metadata, never an admission limit
 
 
 @dataclass(frozen=True, slots=True)

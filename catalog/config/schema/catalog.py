@@ -93,6 +93,9 @@ class NodeDoc(Doc):
     alias: Label | None = None
     token_hash_sha256: Sha256Hex
     credential_recipient: CredentialRecipientDoc | None = None
+    # R-CFG-13: the legacy NodeRuntimeConfig.concurrency, metadata only (never a node-wide
+    # admission limit).
+    concurrency: Annotated[int, Field(ge=0)] | None = None
     providers: list[Any] = Field(default_factory=list)
 
 
