@@ -32,6 +32,18 @@ class BadContentLength(Exception):
     """The Content-Length header is not a number."""
 
 
+def presented_bearer(headers: HeaderList) -> bytes | None:
+    """The token of the first ``Authorization: Bearer <token>`` header, or None."""
+    for name, value in headers:
+        if name.lower() == b"authorization":
+            scheme, _, token = value.strip().partition(b" ")
+            token = token.strip()
+            if scheme.lower() == b"bearer" and token:
+                return token
+            return None
+    return None
+
+
 def is_loopback_peer(scope: Mapping[str, Any]) -> bool:
     """True when the socket peer is a loopback address; a forwarded-for header never counts."""
     client = scope.get("client")

@@ -3,16 +3,29 @@
 Loopback only, and only the socket peer counts: a forwarded-for header never makes a request
 local. The config key keeps its name ``admin.listen`` (it is the contract); in code this
 listener is the *control* listener, so it is never confused with the Django admin.
+When ``admin.token`` is set, every request must also present it as a bearer token
+(docs/configuration.md, "admin"): loopback alone does not tell the operator from another
+local process.
 """
 
 from __future__ import annotations
 
+import hmac
+import logging
 from typing import Any
 
-from edgekit.http import error_body, is_loopback_peer, send_json
+from catalog.config.secrets import SecretUnavailableError
+from edgekit.http import error_body, is_loopback_peer, presented_bearer, send_json
 from iop_site.control_refresh import handle_refresh
 from iop_site.runtime import EdgeRuntime
 from pool.http.metrics import metrics_response
+
+logger = logging.getLogger(__name__)
+UNAUTHORIZED = error_body(
+    "invalid_api_key",
+    "the control listener needs the admin token (Authorization: Bearer)",
+    type="authentication_error",
+)
 
 
 class ControlApp:
@@ -25,6 +38,9 @@ class ControlApp:
                 send, 403, error_body("forbidden", "the admin listener is loopback only")
             )
             return
+        if not self._authorized(scope):
+            await send_json(send, 401, UNAUTHORIZED, [(b"www-authenticate", b"Bearer")])
+            return
         path, method = scope["path"], scope["method"]
         if path == "/refresh":
             await handle_refresh(self.runtime, scope, receive, send)
@@ -34,3 +50,17 @@ class ControlApp:
             await send_json(send, 200, self.runtime.pool_status() | self.runtime.relay_status())
         else:
             await send_json(send, 404, error_body("not_found", "not found"))
+
+    def _authorized(self, scope: dict[str, Any]) -> bool:
+        """No token configured: loopback is enough. Otherwise the presented bearer token must
+        match, compared in constant time; a token that cannot be read refuses every request."""
+        ref = self.runtime.snapshot.admin_token
+        if ref is None:
+            return True
+        presented = presented_bearer(scope.get("headers") or ())
+        try:
+            expected = ref.resolve().encode()
+        except SecretUnavailableError as exc:
+            logger.warning("control request refused: %s", exc)  # names the reference only
+            return False
+        return presented is not None and hmac.compare_digest(presented, expected)

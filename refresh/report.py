@@ -16,7 +16,9 @@ from refresh.diff import Key, Path, diff_documents
 
 REDACTED = "[redacted]"
 # Document keys whose literal string values (and, for maps, entry values) are secret material.
-_SECRET_KEYS = frozenset({"bearer_token", "metrics_token", "credential", "token_hash_sha256"})
+_SECRET_KEYS = frozenset(
+    {"bearer_token", "metrics_token", "token", "credential", "token_hash_sha256"}
+)
 _SECRET_MAPS = frozenset({"headers", "env"})
 
 

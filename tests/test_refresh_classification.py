@@ -214,6 +214,13 @@ CASES: list[tuple[str, Callable[[Doc], object], str, str, str]] = [
         "admin listener (R-REF-1)",
     ),
     (
+        "admin_token",
+        lambda d: d["admin"].update(token={"env": "IOP_ADMIN_TOKEN"}),
+        "admin.token",
+        RESTART,
+        "admin listener (R-REF-1)",
+    ),
+    (
         "openai_enabled",
         lambda d: d["openai"].update(enabled=False),
         "openai.enabled",

@@ -139,6 +139,7 @@ def test_secrets_and_hashes_are_reported_as_changed_paths_never_as_values():
 def test_error_messages_are_scrubbed_of_literal_secrets_written_in_the_candidate():
     document = {
         "openai": {"bearer_token": "sk-raw-token-123"},
+        "admin": {"token": "ctl-raw-token-456"},
         "nodes": [{"providers": [{"headers": {"Authorization": "Bearer sk-hdr-9"}}]}],
     }
     report = error_report(
@@ -147,9 +148,11 @@ def test_error_messages_are_scrubbed_of_literal_secrets_written_in_the_candidate
         [
             ("openai.bearer_token", "got 'sk-raw-token-123', expected {env} or {file}"),
             ("nodes[0].providers[0].headers", "Bearer sk-hdr-9 is a literal credential"),
+            ("admin.token", "got 'ctl-raw-token-456', expected {env} or {file}"),
         ],
         document,
     ).as_dict()
     text = json.dumps(report)
     assert "sk-raw-token-123" not in text and "sk-hdr-9" not in text
-    assert text.count(REDACTED) == 2
+    assert "ctl-raw-token-456" not in text
+    assert text.count(REDACTED) == 3

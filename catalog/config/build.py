@@ -197,6 +197,7 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
         edge_listen=parse_host_port(edge.listen),
         edge_tls=_tls(edge.tls),
         admin_listen=parse_host_port(admin.listen),
+        admin_token=_secret(admin.token),
         openai_enabled=openai.enabled,
         openai_listen=parse_host_port(openai.listen),
         openai_tls=_tls(openai.tls),

@@ -175,6 +175,7 @@ class EdgeSnapshot:
     edge_listen: HostPort
     edge_tls: TLSFiles | None
     admin_listen: HostPort
+    admin_token: SecretRef | None  # the control listener's bearer token, when set
     openai_enabled: bool
     openai_listen: HostPort
     openai_tls: TLSFiles | None

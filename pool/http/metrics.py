@@ -17,6 +17,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 from prometheus_client.registry import Collector
 
 from catalog.config.secrets import SecretUnavailableError
+from edgekit.http import presented_bearer
 from pool.http.plane import DataPlane
 
 logger = logging.getLogger(__name__)
@@ -153,7 +154,7 @@ def scrape_allowed(runtime: DataPlane, headers: list[tuple[bytes, bytes]]) -> bo
     ref = runtime.snapshot.metrics_token
     if ref is None:
         return False
-    presented = _bearer(headers)
+    presented = presented_bearer(headers)
     if presented is None:
         return False
     try:
@@ -162,14 +163,3 @@ def scrape_allowed(runtime: DataPlane, headers: list[tuple[bytes, bytes]]) -> bo
         logger.warning("metrics scrape refused: %s", exc)  # names the reference, not a value
         return False
     return hmac.compare_digest(presented, expected)
-
-
-def _bearer(headers: list[tuple[bytes, bytes]]) -> bytes | None:
-    for name, value in headers:
-        if name.lower() == b"authorization":
-            scheme, _, token = value.strip().partition(b" ")
-            token = token.strip()
-            if scheme.lower() == b"bearer" and token:
-                return token
-            return None
-    return None

@@ -6,7 +6,15 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from catalog.config.schema.base import Doc, FileRef, Identifier, Listen, LoopbackListen, NonEmpty
+from catalog.config.schema.base import (
+    Doc,
+    FileRef,
+    Identifier,
+    Listen,
+    LoopbackListen,
+    NonEmpty,
+    Secret,
+)
 
 
 class ServerTLSDoc(Doc):
@@ -30,6 +38,8 @@ class AdminDoc(Doc):
     """``admin``: the operator-local refresh listener (loopback only, R-REF-1)."""
 
     listen: LoopbackListen = "127.0.0.1:7701"
+    # Optional bearer token every request must present (docs/configuration.md, "admin").
+    token: Secret | None = None
 
 
 class ProviderPoolDoc(Doc):
