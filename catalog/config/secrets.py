@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
+
+from secretref import SecretReadError, read_secret
 
 
 class SecretUnavailableError(RuntimeError):
@@ -26,20 +26,8 @@ class SecretRef:
         return f"{{env: {self.env}}}" if self.env is not None else f"{{file: {self.file}}}"
 
     def resolve(self) -> str:
-        """Read the secret now; surrounding whitespace (a file's trailing newline) is dropped."""
-        if self.env is not None:
-            value = os.environ.get(self.env)
-            if value is None:
-                raise SecretUnavailableError(f"secret {self}: environment variable is not set")
-        else:
-            try:
-                value = Path(str(self.file)).read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-                raise SecretUnavailableError(
-                    f"secret {self}: cannot read file ({reason})"
-                ) from None
-        value = value.strip()
-        if not value:
-            raise SecretUnavailableError(f"secret {self}: value is empty")
-        return value
+        """Read the secret now (``secretref``: surrounding whitespace dropped, ``~`` expanded)."""
+        try:
+            return read_secret(self.env, self.file)
+        except SecretReadError as exc:
+            raise SecretUnavailableError(f"secret {self}: {exc}") from None

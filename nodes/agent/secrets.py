@@ -5,10 +5,8 @@ Errors name the reference, never the value (R-AUTH-6, R-REF-6).
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from nodes.wire import SecretRefPayload
+from secretref import SecretReadError, read_secret
 
 
 class SecretError(ValueError):
@@ -16,23 +14,11 @@ class SecretError(ValueError):
 
 
 def resolve_secret(ref: SecretRefPayload, *, what: str = "secret") -> str:
-    """Return the secret's value, stripped of surrounding whitespace (a trailing newline
-    in a key file is never part of the key)."""
-    if (ref.env is None) == (ref.file is None):
-        raise SecretError(f"{what}: exactly one of env or file must be set")
-    if ref.env is not None:
-        value = os.environ.get(ref.env)
-        if value is None or not value.strip():
-            raise SecretError(f"{what}: environment variable {ref.env} is not set")
-        return value.strip()
-    assert ref.file is not None
+    """Return the secret's value, stripped of surrounding whitespace (``secretref``)."""
     try:
-        value = Path(ref.file).expanduser().read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SecretError(f"{what}: cannot read file {ref.file} ({exc.strerror})") from None
-    if not value.strip():
-        raise SecretError(f"{what}: file {ref.file} is empty")
-    return value.strip()
+        return read_secret(ref.env, ref.file)
+    except SecretReadError as exc:
+        raise SecretError(f"{what}: {exc}") from None
 
 
 def redact(text: str, secrets: list[str] | tuple[str, ...]) -> str:
