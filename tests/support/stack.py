@@ -87,6 +87,7 @@ class Stack:
         credential_plane: dict[str, Any] | None = None,
         env: dict[str, str] | None = None,
         log_level: str = "INFO",
+        admin_token: str | None = None,
     ) -> None:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -99,6 +100,10 @@ class Stack:
         self._profiles = profiles or {}
         self._credential_plane = credential_plane  # managed mode (docs/credentials.md)
         self._env = env or {}
+        # admin.token (docs/configuration.md): the control helpers below then present it.
+        self.admin_token = admin_token
+        if admin_token is not None:
+            self._env = {**self._env, "IOP_TEST_ADMIN_TOKEN": admin_token}
         self._log_level = log_level
         self.token = "iop-test-" + secrets.token_urlsafe(24)
         self._node_tokens = {n["id"]: "node-" + secrets.token_urlsafe(24) for n in self._nodes_spec}
@@ -187,7 +192,10 @@ class Stack:
                 "bootstrap_dir": str(self.dir / "bootstrap"),
                 **self._edge,
             },
-            "admin": {"listen": f"127.0.0.1:{self.ports['admin']}"},
+            "admin": {
+                "listen": f"127.0.0.1:{self.ports['admin']}",
+                **({"token": {"env": "IOP_TEST_ADMIN_TOKEN"}} if self.admin_token else {}),
+            },
             "openai": openai,
             "provider_pool": {"max_queue": 16, "queue_timeout_ms": 30000, **self._pool},
             "nodes": [
@@ -330,7 +338,9 @@ class Stack:
         """``POST /refresh`` (``dry_run`` or ``apply``) with a whole document; (status, report)."""
         body = json.dumps({"mode": mode, "config": document}).encode()
         request = urllib.request.Request(
-            self.control_url + "/refresh", data=body, headers={"Content-Type": "application/json"}
+            self.control_url + "/refresh",
+            data=body,
+            headers={"Content-Type": "application/json", **self.control_headers()},
         )
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
@@ -338,8 +348,13 @@ class Stack:
         except urllib.error.HTTPError as exc:
             return exc.code, json.loads(exc.read())
 
+    def control_headers(self) -> dict[str, str]:
+        """The bearer header the control listener needs when ``admin.token`` is set."""
+        return {"Authorization": f"Bearer {self.admin_token}"} if self.admin_token else {}
+
     def pool_snapshot(self) -> dict[str, Any]:
-        with urllib.request.urlopen(self.control_url + "/pool", timeout=5) as resp:
+        request = urllib.request.Request(self.control_url + "/pool", headers=self.control_headers())
+        with urllib.request.urlopen(request, timeout=5) as resp:
             return json.loads(resp.read())  # type: ignore[no-any-return]
 
     def provider(self, provider_id: str) -> dict[str, Any]:
@@ -347,7 +362,10 @@ class Stack:
 
     def metrics_text(self) -> str:
         """The control listener's ``GET /metrics`` (Prometheus text)."""
-        with urllib.request.urlopen(self.control_url + "/metrics", timeout=5) as resp:
+        request = urllib.request.Request(
+            self.control_url + "/metrics", headers=self.control_headers()
+        )
+        with urllib.request.urlopen(request, timeout=5) as resp:
             return str(resp.read().decode())
 
     def metrics(self) -> list[Sample]:
