@@ -1,0 +1,186 @@
+"""Which Redis transport relays a run's events from one Edge to another (R-SCALE-2).
+
+A producer process sends a stream of run events to a consumer process through the local
+Redis, three ways: the Channels channel layer (``channels_redis``), Redis streams
+(XADD / XREAD BLOCK) and pub/sub (PUBLISH / SUBSCRIBE). Each event carries its send time
+(``time.time_ns``, one machine's clock for both processes); the consumer records the
+latency of each. Two runs per transport and size: *burst* (events sent as fast as the
+transport takes them: events/s) and *paced* (one event per ``--gap-ms``: latency with
+nothing queued). Bounded by ``--events`` and ``--max-s`` per case. Reports, never asserts;
+the figures and the choice are in docs/scale-out.md ("Run routing between Edges").
+
+    python scripts/bench_relay.py [--redis redis://127.0.0.1:6379/0] [--events 5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import secrets
+import statistics
+import time
+from typing import Any
+
+SIZES = {"small": 100, "8KB": 8 * 1024}
+TRANSPORTS = ("channels_redis", "streams", "pubsub")
+
+
+def _payload(size: int) -> bytes:
+    return (b'data: {"choices":[{"delta":{"content":"' + b"x" * size)[:size]
+
+
+def _stamp(payload: bytes) -> bytes:
+    return b"%d|" % time.time_ns() + payload
+
+
+def _latency_us(frame: bytes) -> float:
+    return (time.time_ns() - int(frame.split(b"|", 1)[0])) / 1000
+
+
+def _layer(url: str, prefix: str) -> Any:
+    from channels_redis.core import RedisChannelLayer
+
+    return RedisChannelLayer(hosts=[url], prefix=prefix, capacity=100_000, expiry=60)
+
+
+async def _consume(transport: str, url: str, key: str, count: int, max_s: float,
+                   ready: Any, out: Any) -> None:  # fmt: skip
+    import redis.asyncio as redis
+
+    latencies: list[float] = []
+    first = last = 0.0
+    deadline = time.monotonic() + max_s + 5
+
+    def seen(frame: bytes) -> None:
+        nonlocal first, last
+        latencies.append(_latency_us(frame))
+        last = time.monotonic()
+        first = first or last
+
+    if transport == "channels_redis":
+        layer = _layer(url, key)
+        ready.set()
+        while len(latencies) < count and time.monotonic() < deadline:
+            try:
+                async with asyncio.timeout(1):
+                    message = await layer.receive("relay")
+            except TimeoutError:
+                continue
+            seen(message["d"])
+        await layer.flush()
+    else:
+        client = redis.Redis.from_url(url)
+        if transport == "streams":
+            last_id = "0-0"  # the key is new: read from its start
+            ready.set()
+            while len(latencies) < count and time.monotonic() < deadline:
+                reply = await client.xread({key: last_id}, count=500, block=1000)
+                for _stream, entries in reply:
+                    for entry_id, fields in entries:
+                        last_id = entry_id
+                        seen(fields[b"d"])
+        else:
+            pubsub = client.pubsub()
+            await pubsub.subscribe(key)
+            await pubsub.get_message(timeout=1)  # the subscribe confirmation
+            ready.set()
+            while len(latencies) < count and time.monotonic() < deadline:
+                message = await pubsub.get_message(timeout=1)
+                if message is not None and message["type"] == "message":
+                    seen(message["data"])
+            await pubsub.aclose()
+        await client.aclose()
+    out.put((latencies, max(last - first, 1e-9)))
+
+
+def _consumer(*args: Any) -> None:
+    asyncio.run(_consume(*args))
+
+
+async def _produce(transport: str, url: str, key: str, payload: bytes, count: int,
+                   gap_s: float, max_s: float) -> int:  # fmt: skip
+    import redis.asyncio as redis
+
+    stop = time.monotonic() + max_s
+    sent = 0
+    layer = _layer(url, key) if transport == "channels_redis" else None
+    client = redis.Redis.from_url(url)
+    while sent < count and time.monotonic() < stop:
+        frame = _stamp(payload)
+        if layer is not None:
+            await layer.send("relay", {"type": "run.event", "d": frame})
+        elif transport == "streams":
+            await client.xadd(key, {"d": frame}, maxlen=10_000, approximate=True)
+        else:
+            await client.publish(key, frame)
+        sent += 1
+        if gap_s:
+            await asyncio.sleep(gap_s)
+    await client.aclose()
+    return sent
+
+
+def run_case(transport: str, url: str, size: int, count: int, gap_s: float,
+             max_s: float) -> dict[str, float]:  # fmt: skip
+    ctx = mp.get_context("spawn")
+    key = f"benchrelay:{secrets.token_hex(4)}"
+    ready, out = ctx.Event(), ctx.Queue()
+    proc = ctx.Process(target=_consumer, args=(transport, url, key, count, max_s, ready, out))
+    proc.start()
+    try:
+        if not ready.wait(30):
+            raise RuntimeError("consumer did not start")
+        sent = asyncio.run(_produce(transport, url, key, _payload(size), count, gap_s, max_s))
+        latencies, span = out.get(timeout=max_s + 30)
+    finally:
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+        _cleanup(url, key)
+    latencies.sort()
+    n = len(latencies)
+    return {
+        "sent": sent,
+        "received": n,
+        "p50_us": statistics.median(latencies) if n else float("nan"),
+        "p99_us": latencies[min(n - 1, int(n * 0.99))] if n else float("nan"),
+        "events_s": n / span if n > 1 else float("nan"),
+    }
+
+
+def _cleanup(url: str, key: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    for name in client.scan_iter(match=f"{key}*", count=1000):
+        client.delete(name)
+    client.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--redis", default=os.environ.get("IOP_REDIS_URL", "redis://127.0.0.1:6379/0")
+    )
+    parser.add_argument("--events", type=int, default=5000, help="burst events per case")
+    parser.add_argument("--paced-events", type=int, default=1000)
+    parser.add_argument("--gap-ms", type=float, default=1.0)
+    parser.add_argument("--max-s", type=float, default=20.0, help="bound on one case")
+    parser.add_argument("--transport", choices=TRANSPORTS, action="append")
+    args = parser.parse_args()
+    print(f"{'transport':<15} {'size':<6} {'mode':<6} {'recv':>7} "
+          f"{'p50 us':>9} {'p99 us':>9} {'events/s':>10}")  # fmt: skip
+    for transport in args.transport or TRANSPORTS:
+        for label, size in SIZES.items():
+            for mode, count, gap in (("burst", args.events, 0.0),
+                                     ("paced", args.paced_events, args.gap_ms / 1000)):  # fmt: skip
+                r = run_case(transport, args.redis, size, count, gap, args.max_s)
+                rate = f"{r['events_s']:>10.0f}" if mode == "burst" else f"{'-':>10}"
+                print(f"{transport:<15} {label:<6} {mode:<6} {r['received']:>7.0f} "
+                      f"{r['p50_us']:>9.0f} {r['p99_us']:>9.0f} {rate}", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
