@@ -16,16 +16,21 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 from catalog.config import EdgeSnapshot
 from nodes import wire
 from nodes.payload import compile_payload
-from nodes.runs import RunChannel, RunOrder
+from nodes.runs import NodeUnavailable, RunChannel, RunOrder
 from nodes.tokens import sane_usage
 from pool.engine import Lease, ProviderPool
+
+if TYPE_CHECKING:
+    from nodes.remote import RunRouter
+
+__all__ = ["NodeHub", "NodeSession", "NodeUnavailable", "Transport"]
 
 log = logging.getLogger("iop.nodes")
 
@@ -36,10 +41,6 @@ MAX_PROBE_REASON_CHARS = 200  # a Node's probe reason is shown in /pool: bound i
 class Transport(Protocol):
     async def send(self, frame: bytes) -> None: ...
     async def close(self, code: int) -> None: ...
-
-
-class NodeUnavailable(Exception):
-    """The lease's Node has no dispatch-ready connection any more."""
 
 
 class NodeSession:
@@ -81,6 +82,8 @@ class NodeHub:
         self._tasks: set[asyncio.Task[None]] = set()
         self.open_channels: set[RunChannel] = set()  # opened and not yet closed by the request
         self._heartbeat: asyncio.Task[None] | None = None
+        # Scale-out: runs for Nodes connected to another Edge go there (R-SCALE-2).
+        self.remote: RunRouter | None = None
 
     # --- connections -------------------------------------------------------------------------
 
@@ -248,27 +251,39 @@ class NodeHub:
 
         ``window`` > 0: the Node holds its output once that many characters are not yet
         relayed (R-IN-5). A body over ``wire.SPLIT_BODY_BYTES`` goes first in parts (R-IN-2).
+        A Node connected to another Edge is reached through ``remote`` (R-SCALE-2).
         """
-        session = self.sessions.get(lease.node_id)
-        if session is None or session.state != READY:
-            raise NodeUnavailable(lease.node_id)
         run_id = f"r{self._boot}{next(self._run_ids):x}"
+        session = self.sessions.get(lease.node_id)
+        if (session is None or session.state != READY) and self.remote is not None:
+            channel = await self.remote.open_run(
+                run_id, lease.node_id, lease.provider_id, spec, window
+            )
+        else:
+            channel = await self.open_local(run_id, lease.node_id, lease.provider_id, spec, window)
+        self.open_channels.add(channel)
+        return channel
+
+    async def open_local(
+        self, run_id: str, node_id: str, provider_id: str, spec: RunOrder, window: int
+    ) -> RunChannel:
+        """Send a run to a Node connected here; raises ``NodeUnavailable`` when it is not."""
+        session = self.sessions.get(node_id)
+        if session is None or session.state != READY:
+            raise NodeUnavailable(node_id)
         # Managed mode: sealed before the run exists, so a refusal leaves nothing behind.
-        envelope = (
-            None if spec.seal is None else spec.seal(run_id, lease.node_id, session.generation)
-        )
+        envelope = None if spec.seal is None else spec.seal(run_id, node_id, session.generation)
         transport = session.transport
 
         def grant(chars: int) -> None:
             self._spawn(transport.send(wire.encode(wire.Credit(run_id=run_id, chars=chars))))
 
-        channel = RunChannel(run_id, lease.node_id, window, grant if window else None)
+        channel = RunChannel(run_id, node_id, window, grant if window else None)
         session.runs[run_id] = channel
-        self.open_channels.add(channel)
         parts = wire.split(spec.body.decode()) if len(spec.body) > wire.SPLIT_BODY_BYTES else []
         fields: dict[str, Any] = {
             "run_id": run_id,
-            "provider_id": lease.provider_id,
+            "provider_id": provider_id,
             "operation": spec.operation,
             "stream": spec.stream,
             "body": msgspec.Raw(b"null" if parts else spec.body),
@@ -303,6 +318,8 @@ class NodeHub:
         if channel.finished:
             return
         channel.fail("cancelled", "the caller went away")
+        if self.remote is not None and self.remote.cancel(channel):
+            return
         session = self.sessions.get(channel.node_id)
         if session is not None and session.runs.pop(channel.run_id, None) is not None:
             self._spawn(session.transport.send(wire.encode(wire.Cancel(run_id=channel.run_id))))

@@ -11,6 +11,10 @@ from typing import Any, Protocol
 from nodes import wire
 
 
+class NodeUnavailable(Exception):
+    """The lease's Node has no dispatch-ready connection any more."""
+
+
 @dataclass(frozen=True, slots=True)
 class RunOrder:
     """What the HTTP surface asks a Node to run."""

@@ -1,0 +1,426 @@
+"""Runs between Edges over Redis streams (R-SCALE-2; docs/scale-out.md, "Run routing").
+
+A run leased on one Edge (the *requester*) whose Node is connected to another (the *owner*,
+named by ``{P}:node:{node_id}`` field ``edge``) travels as messages on two streams per Edge:
+``{P}:edge:{id}:runs`` (orders, body parts, credit and cancels, read by the owner) and
+``{P}:edge:{id}:replies`` (output and the end, read by the requester). One reader task per
+Edge blocks on both. The requester reads an ordinary ``RunChannel``; the owner runs the order
+on its local session through ``LocalRuns`` without touching its pool (the lease stays the
+requester's). Flow is bounded end to end: the owner relays at most ``window`` characters
+(``REMOTE_WINDOW_CHARS`` when the run has none) not yet credited back by the requester, and
+asks the Node for no more than that (R-IN-5). A peer Edge whose ``{P}:alive:{id}`` key is
+gone is dead: its runs fail with ``node_gone`` (requester side) or are cancelled on the Node
+(owner side) within ``ttl_s + check_s``. Redis unreachable for ``ttl_s``: every routed run
+ends with ``relay_unavailable``. No Django here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import msgspec
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from nodes import wire
+from nodes.runs import NodeUnavailable, RunChannel, RunOrder
+from nodes.tokens import sane_usage
+
+log = logging.getLogger("iop.nodes.remote")
+
+REMOTE_WINDOW_CHARS = 1024 * 1024  # unacknowledged output in flight when a run has no window
+MAX_RELAY_CHARS = 256 * 1024  # one output message carries at most this much
+STREAM_MAXLEN = 100_000  # entries kept per stream (approximate trim): a bound, never reached
+STREAM_TTL_S = 120.0  # a dead Edge's streams vanish this long after the last message
+READ_BLOCK_MS = 1000
+READ_COUNT = 200
+
+
+class RelayUnavailable(NodeUnavailable):
+    """Redis cannot be reached to route a run to another Edge."""
+
+
+class LocalRuns(Protocol):
+    """The owner Edge's own sessions (``NodeHub``)."""
+
+    async def open_local(
+        self, run_id: str, node_id: str, provider_id: str, spec: RunOrder, window: int
+    ) -> RunChannel: ...
+
+    def close_run(self, channel: RunChannel) -> None: ...
+
+
+# --- messages --------------------------------------------------------------------------------
+
+
+class _Msg(msgspec.Struct, tag_field="t", forbid_unknown_fields=True, omit_defaults=True):
+    run_id: str
+
+
+class Open(_Msg, tag="open"):
+    reply_to: str
+    node_id: str
+    provider_id: str
+    operation: str
+    stream: bool
+    tunnel: bool
+    window: int
+    body: str = ""
+    body_parts: int = 0  # sent first as ``Part`` messages (R-IN-2)
+    forward_headers: dict[str, str] = {}
+
+
+class Part(_Msg, tag="part"):
+    reply_to: str
+    data: str
+
+
+class Credit(_Msg, tag="credit"):
+    reply_to: str
+    chars: int
+
+
+class Cancel(_Msg, tag="cancel"):
+    reply_to: str
+
+
+class Output(_Msg, tag="out"):
+    data: str
+
+
+class End(_Msg, tag="end"):
+    ok: bool
+    error: wire.RunError | None = None
+    usage: wire.Usage | None = None
+
+
+Message = Open | Part | Credit | Cancel | Output | End
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder(Message).decode
+
+
+@dataclass(eq=False)
+class _Requested:
+    channel: RunChannel
+    owner: str
+
+
+@dataclass(eq=False)
+class _Served:
+    parts: list[str] = field(default_factory=list)
+    in_flight: int = 0  # characters sent to the requester and not yet credited
+    credited: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+
+class RunRouter:
+    """Routes runs to the Edge whose Node holds them, and serves runs routed here."""
+
+    def __init__(
+        self,
+        redis: str | aioredis.Redis,
+        *,
+        prefix: str,
+        edge_id: str,
+        local: LocalRuns,
+        ttl_s: float = 10.0,
+    ) -> None:
+        self._redis = (
+            aioredis.Redis.from_url(redis, socket_connect_timeout=2, socket_timeout=ttl_s)
+            if isinstance(redis, str)
+            else redis
+        )
+        self._own_client = isinstance(redis, str)
+        self.prefix, self.edge_id, self.ttl_s = prefix, edge_id, ttl_s
+        self.check_s = max(ttl_s / 3, 0.05)
+        self._local = local
+        self._requested: dict[str, _Requested] = {}
+        self._served: dict[tuple[str, str], _Served] = {}  # (requester, run id)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._loops: list[asyncio.Task[None]] = []
+        self._last_ok = time.monotonic()
+        self._owner_of = self._redis.register_script(_OWNER_OF)
+
+    def _key(self, edge_id: str, kind: str) -> str:
+        return f"{self.prefix}:edge:{edge_id}:{kind}"
+
+    async def start(self) -> None:
+        """Read from the current end of this Edge's streams (what is there is stale)."""
+        ids: list[Any] = []
+        for kind in ("runs", "replies"):
+            last = await self._redis.xrevrange(self._key(self.edge_id, kind), count=1)
+            ids.append(last[0][0] if last else "0-0")
+        self._last_ok = time.monotonic()
+        loop = asyncio.get_running_loop()
+        self._loops = [loop.create_task(self._read(*ids)), loop.create_task(self._watch())]
+
+    async def aclose(self) -> None:
+        for task in self._loops:
+            task.cancel()
+        self._fail_all("node_shutdown", "this Edge is shutting down")
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=2)
+        if self._own_client:
+            await self._redis.aclose()
+
+    # --- requester side ----------------------------------------------------------------------
+
+    async def open_run(
+        self, run_id: str, node_id: str, provider_id: str, spec: RunOrder, window: int
+    ) -> RunChannel:
+        """Send the run to its Node's Edge; raises ``NodeUnavailable`` when no live Edge
+        holds the Node (``RelayUnavailable`` when Redis cannot be reached)."""
+        if spec.seal is not None:
+            raise NodeUnavailable(f"{node_id}: managed-mode runs are not routed between Edges")
+        try:
+            owner = await self._owner_of(
+                keys=[f"{self.prefix}:node:{node_id}"], args=[f"{self.prefix}:alive:"]
+            )
+        except RedisError as exc:
+            raise RelayUnavailable(f"{node_id}: Redis unreachable ({type(exc).__name__})") from None
+        if not owner or owner.decode() == self.edge_id:
+            raise NodeUnavailable(node_id)
+        owner = owner.decode()
+        window = window or REMOTE_WINDOW_CHARS
+        body = spec.body.decode()
+        parts = wire.split(body) if len(body) > wire.SPLIT_BODY_BYTES else []
+        order = Open(
+            run_id=run_id,
+            reply_to=self.edge_id,
+            node_id=node_id,
+            provider_id=provider_id,
+            operation=spec.operation,
+            stream=spec.stream,
+            tunnel=spec.tunnel,
+            window=window,
+            body="" if parts else body,
+            body_parts=len(parts),
+            forward_headers=dict(spec.forward_headers) if spec.tunnel else {},
+        )
+        messages: list[_Msg] = [Part(run_id=run_id, reply_to=self.edge_id, data=p) for p in parts]
+
+        def grant(chars: int) -> None:
+            self._spawn(self._send(owner, "runs", Credit(run_id, self.edge_id, chars)))
+
+        channel = RunChannel(run_id, node_id, window, grant)
+        self._requested[run_id] = _Requested(channel, owner)
+        try:
+            await self._send(owner, "runs", *messages, order)
+        except RedisError as exc:
+            del self._requested[run_id]
+            raise RelayUnavailable(f"{node_id}: Redis unreachable ({type(exc).__name__})") from None
+        except BaseException:
+            self._requested.pop(run_id, None)
+            self._spawn(self._send(owner, "runs", Cancel(run_id, self.edge_id)))
+            raise
+        return channel
+
+    def cancel(self, channel: RunChannel) -> bool:
+        """The request is done with a routed run: cancel it on the owner. False when the
+        channel is not a routed one."""
+        requested = self._requested.get(channel.run_id)
+        if requested is None or requested.channel is not channel:
+            return False
+        del self._requested[channel.run_id]
+        self._spawn(self._send(requested.owner, "runs", Cancel(channel.run_id, self.edge_id)))
+        return True
+
+    def _on_reply(self, message: _Msg) -> None:
+        requested = self._requested.get(message.run_id)
+        if requested is None:
+            return  # a run already closed here
+        channel = requested.channel
+        if isinstance(message, Output):
+            if not channel.feed(message.data):
+                log.warning("run %s: Edge %s overran its credit", message.run_id, requested.owner)
+                self.cancel(channel)
+                channel.fail("upstream_error", "the node's Edge sent more output than allowed")
+        elif isinstance(message, End):
+            del self._requested[message.run_id]
+            usage = sane_usage(message.usage, f"Edge {requested.owner}")  # R-IN-6
+            channel.finish(wire.RunEnd(message.run_id, message.ok, message.error, usage))
+
+    # --- owner side --------------------------------------------------------------------------
+
+    def _on_order(self, message: _Msg) -> None:
+        if not isinstance(message, Open | Part | Credit | Cancel):
+            return
+        key = (message.reply_to, message.run_id)
+        served = self._served.get(key)
+        if isinstance(message, Part):
+            if served is None:
+                if len(self._served) >= STREAM_MAXLEN:
+                    return
+                served = self._served[key] = _Served()
+            if sum(map(len, served.parts)) + len(message.data) <= wire.MAX_BODY_CHARS:
+                served.parts.append(message.data)
+        elif isinstance(message, Open):
+            if served is None:
+                served = self._served[key] = _Served()
+            elif served.task is not None:
+                return  # a duplicate
+            served.task = self._spawn(self._serve(key, served, message))
+        elif served is not None and isinstance(message, Credit):
+            served.in_flight -= message.chars
+            served.credited.set()
+        elif served is not None and isinstance(message, Cancel):
+            self._stop(key, served)
+
+    def _stop(self, key: tuple[str, str], served: _Served) -> None:
+        self._served.pop(key, None)
+        if served.task is not None:
+            served.task.cancel()
+
+    async def _serve(self, key: tuple[str, str], served: _Served, order: Open) -> None:
+        requester, run_id = key
+        body = "".join(served.parts) if order.body_parts else order.body
+        served.parts = []
+        spec = RunOrder(
+            tunnel=order.tunnel,
+            operation=order.operation,
+            stream=order.stream,
+            body=body.encode(),
+            forward_headers=tuple(order.forward_headers.items()),
+        )
+        channel: RunChannel | None = None
+        try:
+            if order.body_parts and len(body) == 0:
+                raise NodeUnavailable("the run's body parts did not arrive")
+            channel = await self._local.open_local(
+                run_id, order.node_id, order.provider_id, spec, order.window
+            )
+            await self._relay(requester, served, order, channel)
+        except NodeUnavailable:
+            error = wire.RunError(
+                code="node_gone",
+                message="the node is not connected to the Edge that held it",
+                retryable=True,
+                phase=wire.PHASE_CONNECT,
+            )
+            await self._send(requester, "replies", End(run_id, False, error))
+        except RedisError as exc:
+            log.warning("run %s for Edge %s not relayed: %s", run_id, requester, exc)
+        finally:
+            self._served.pop(key, None)
+            if channel is not None:
+                self._local.close_run(channel)  # a run still going is cancelled on its Node
+
+    async def _relay(
+        self, requester: str, served: _Served, order: Open, channel: RunChannel
+    ) -> None:
+        run_id, window = order.run_id, order.window
+        item: str | wire.RunEnd = await channel.get()
+        while isinstance(item, str):
+            while served.in_flight > 0 and served.in_flight + len(item) > window:
+                served.credited.clear()
+                await served.credited.wait()
+            data = [item]
+            size = len(item)
+            room = min(window - served.in_flight, MAX_RELAY_CHARS)
+            nxt = channel.get_nowait()
+            while isinstance(nxt, str) and size + len(nxt) <= room:
+                data.append(nxt)
+                size += len(nxt)
+                nxt = channel.get_nowait()
+            served.in_flight += size
+            await self._send(requester, "replies", Output(run_id, "".join(data)))
+            channel.release()
+            item = nxt if nxt is not None else await channel.get()
+        await self._send(requester, "replies", End(run_id, item.ok, item.error, item.usage))
+
+    # --- Redis -------------------------------------------------------------------------------
+
+    async def _send(self, edge_id: str, kind: str, *messages: _Msg) -> None:
+        key = self._key(edge_id, kind)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for message in messages:
+                pipe.xadd(key, {"m": _encode(message)}, maxlen=STREAM_MAXLEN, approximate=True)
+            pipe.pexpire(key, int(STREAM_TTL_S * 1000))
+            await pipe.execute()
+
+    async def _read(self, runs_id: Any, replies_id: Any) -> None:
+        orders = self._key(self.edge_id, "runs")
+        streams: dict[Any, Any] = {orders: runs_id, self._key(self.edge_id, "replies"): replies_id}
+        while True:
+            try:
+                reply: Any = await self._redis.xread(streams, count=READ_COUNT, block=READ_BLOCK_MS)
+            except RedisError as exc:
+                log.warning("run routing: cannot read from Redis (%s)", type(exc).__name__)
+                await asyncio.sleep(min(1.0, self.check_s))
+                continue
+            self._last_ok = time.monotonic()
+            for name, entries in reply:
+                name = name.decode() if isinstance(name, bytes) else name
+                for entry_id, fields in entries:
+                    streams[name] = entry_id
+                    try:
+                        message = _decode(fields[b"m"])
+                    except (msgspec.ValidationError, msgspec.DecodeError, KeyError):
+                        log.warning("run routing: malformed message on %s ignored", name)
+                        continue
+                    if name == orders:
+                        self._on_order(message)
+                    else:
+                        self._on_reply(message)
+
+    async def _watch(self) -> None:
+        """Fail runs of dead peers, and every run when Redis stays unreachable."""
+        while True:
+            await asyncio.sleep(self.check_s)
+            if time.monotonic() - self._last_ok > self.ttl_s:
+                self._fail_all("relay_unavailable", "run routing between Edges lost Redis")
+                continue
+            peers = {r.owner for r in self._requested.values()} | {k[0] for k in self._served}
+            if not peers:
+                continue
+            names = sorted(peers)
+            try:
+                alive = await self._redis.exists(*(f"{self.prefix}:alive:{p}" for p in names))
+                if alive == len(names):
+                    continue
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for peer in names:
+                        pipe.exists(f"{self.prefix}:alive:{peer}")
+                    found = await pipe.execute()
+            except RedisError:
+                continue  # the read loop's clock decides when Redis is gone
+            dead = {peer for peer, there in zip(names, found, strict=True) if not there}
+            self._drop(dead, "node_gone", "the Edge holding the node stopped answering")
+
+    def _drop(self, dead: set[str], code: str, message: str) -> None:
+        for run_id, requested in list(self._requested.items()):
+            if requested.owner in dead:
+                del self._requested[run_id]
+                requested.channel.fail(code, message)
+        for key, served in list(self._served.items()):
+            if key[0] in dead:
+                log.warning("run %s: requesting Edge %s is gone, cancelling", key[1], key[0])
+                self._stop(key, served)
+
+    def _fail_all(self, code: str, message: str) -> None:
+        peers = {r.owner for r in self._requested.values()} | {k[0] for k in self._served}
+        self._drop(peers, code, message)
+
+    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("run routing message not delivered: %s", type(task.exception()).__name__)
+
+
+# The Edge holding a Node, when that Edge is alive: one round trip at open.
+_OWNER_OF = """
+local edge = redis.call('HGET', KEYS[1], 'edge')
+if edge and redis.call('EXISTS', ARGV[1] .. edge) == 1 then return edge end
+return false
+"""
