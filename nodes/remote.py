@@ -10,7 +10,7 @@ requester's). Flow is bounded end to end: the owner relays at most ``window`` ch
 (``REMOTE_WINDOW_CHARS`` when the run has none) not yet credited back by the requester, and
 asks the Node for no more than that (R-IN-5). A peer Edge whose ``{P}:alive:{id}`` key is
 gone is dead: its runs fail with ``node_gone`` (requester side) or are cancelled on the Node
-(owner side) within ``ttl_s + check_s``. Redis unreachable for ``ttl_s``: every routed run
+(owner side) within ``ttl_s + check_s``. Redis silent for ``lost_after_s``: every routed run
 ends with ``relay_unavailable``. No Django here.
 """
 
@@ -115,6 +115,7 @@ class _Served:
     parts: list[str] = field(default_factory=list)
     in_flight: int = 0  # characters sent to the requester and not yet credited
     credited: asyncio.Event = field(default_factory=asyncio.Event)
+    waiting: bool = False  # output held back until the requester credits more
     task: asyncio.Task[None] | None = None
 
 
@@ -129,15 +130,29 @@ class RunRouter:
         edge_id: str,
         local: LocalRuns,
         ttl_s: float = 10.0,
+        read_block_ms: int = READ_BLOCK_MS,
     ) -> None:
+        self._own_client = isinstance(redis, str)
         self._redis = (
             aioredis.Redis.from_url(redis, socket_connect_timeout=2, socket_timeout=ttl_s)
             if isinstance(redis, str)
             else redis
         )
-        self._own_client = isinstance(redis, str)
+        # The reader has its own connection: a blocked XREAD is never cancelled (redis-py
+        # cannot cancel one cleanly); it is told to stop and ends within ``read_block_ms``.
+        kwargs = dict(self._redis.connection_pool.connection_kwargs)
+        kwargs["socket_timeout"] = read_block_ms / 1000 + ttl_s
+        self._reader = aioredis.Redis.from_pool(  # owns its pool: closed with it
+            aioredis.ConnectionPool(
+                connection_class=self._redis.connection_pool.connection_class, **kwargs
+            )
+        )
+        self.read_block_ms = read_block_ms
         self.prefix, self.edge_id, self.ttl_s = prefix, edge_id, ttl_s
         self.check_s = max(ttl_s / 3, 0.05)
+        # An idle blocked XREAD answers every read_block_ms: silence past this is a lost Redis.
+        self.lost_after_s = ttl_s + read_block_ms / 1000
+        self._stopping = False
         self._local = local
         self._requested: dict[str, _Requested] = {}
         self._served: dict[tuple[str, str], _Served] = {}  # (requester, run id)
@@ -160,11 +175,16 @@ class RunRouter:
         self._loops = [loop.create_task(self._read(*ids)), loop.create_task(self._watch())]
 
     async def aclose(self) -> None:
-        for task in self._loops:
-            task.cancel()
+        self._stopping = True
+        if self._loops:
+            reader, watcher = self._loops
+            watcher.cancel()
+            await asyncio.wait(self._loops, timeout=self.read_block_ms / 1000 + 1)
+            reader.cancel()  # only if Redis kept it past its block
         self._fail_all("node_shutdown", "this Edge is shutting down")
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=2)
+        await self._reader.aclose()
         if self._own_client:
             await self._redis.aclose()
 
@@ -318,7 +338,9 @@ class RunRouter:
         while isinstance(item, str):
             while served.in_flight > 0 and served.in_flight + len(item) > window:
                 served.credited.clear()
+                served.waiting = True
                 await served.credited.wait()
+                served.waiting = False
             data = [item]
             size = len(item)
             room = min(window - served.in_flight, MAX_RELAY_CHARS)
@@ -333,6 +355,10 @@ class RunRouter:
             item = nxt if nxt is not None else await channel.get()
         await self._send(requester, "replies", End(run_id, item.ok, item.error, item.usage))
 
+    def held_back(self) -> int:
+        """Runs served here whose output waits for their requester's credit (R-IN-5)."""
+        return sum(1 for served in self._served.values() if served.waiting)
+
     # --- Redis -------------------------------------------------------------------------------
 
     async def _send(self, edge_id: str, kind: str, *messages: _Msg) -> None:
@@ -346,9 +372,11 @@ class RunRouter:
     async def _read(self, runs_id: Any, replies_id: Any) -> None:
         orders = self._key(self.edge_id, "runs")
         streams: dict[Any, Any] = {orders: runs_id, self._key(self.edge_id, "replies"): replies_id}
-        while True:
+        while not self._stopping:
             try:
-                reply: Any = await self._redis.xread(streams, count=READ_COUNT, block=READ_BLOCK_MS)
+                reply: Any = await self._reader.xread(
+                    streams, count=READ_COUNT, block=self.read_block_ms
+                )
             except RedisError as exc:
                 log.warning("run routing: cannot read from Redis (%s)", type(exc).__name__)
                 await asyncio.sleep(min(1.0, self.check_s))
@@ -372,7 +400,7 @@ class RunRouter:
         """Fail runs of dead peers, and every run when Redis stays unreachable."""
         while True:
             await asyncio.sleep(self.check_s)
-            if time.monotonic() - self._last_ok > self.ttl_s:
+            if time.monotonic() - self._last_ok > self.lost_after_s:
                 self._fail_all("relay_unavailable", "run routing between Edges lost Redis")
                 continue
             peers = {r.owner for r in self._requested.values()} | {k[0] for k in self._served}
@@ -399,7 +427,7 @@ class RunRouter:
                 requested.channel.fail(code, message)
         for key, served in list(self._served.items()):
             if key[0] in dead:
-                log.warning("run %s: requesting Edge %s is gone, cancelling", key[1], key[0])
+                log.warning("run %s for Edge %s cancelled: %s", key[1], key[0], message)
                 self._stop(key, served)
 
     def _fail_all(self, code: str, message: str) -> None:

@@ -1,0 +1,280 @@
+"""Runs between Edges over Redis (R-SCALE-2): two hubs in one process act as two Edges.
+
+Edge A has the lease; the Node ``node-a`` is connected to Edge B (a fake transport stands for
+its websocket). Real Redis, a random key prefix per test. The Edges' ``{P}:alive:{id}`` keys
+are written here (the pool engine renews them in production).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from catalog.config import load_snapshot
+from nodes import wire
+from nodes.hub import NodeHub, NodeSession, NodeUnavailable
+from nodes.remote import REMOTE_WINDOW_CHARS, RelayUnavailable, RunRouter
+from nodes.runs import RunOrder
+from pool.engine import Lease, ProviderPool
+from pool.policy import policy_from_snapshot
+from tests.support.config_examples import example_document
+from tests.support.processes import free_port
+from tests.support.routing import FrameLog, read_all, until
+
+REDIS_URL = os.environ.get("IOP_TEST_REDIS_URL", "")
+pytestmark = pytest.mark.skipif(
+    not REDIS_URL, reason="needs a real Redis: set IOP_TEST_REDIS_URL=redis://127.0.0.1:6379/0"
+)
+TTL_S = 1.0  # short, so a dead Edge or a lost Redis is noticed quickly in these tests
+LEASE = Lease(request_id=1, node_id="node-a", provider_id="cli-a", model="echo", long=False)
+CHAT = b'{"model":"echo","messages":[{"role":"user","content":"hi"}]}'
+
+
+def order(body: bytes = CHAT, **kw: object) -> RunOrder:
+    fields: dict = {"tunnel": False, "operation": "chat_completions", "stream": True, "body": body}
+    return RunOrder(**(fields | kw))
+
+
+@dataclass
+class Edges:
+    redis: aioredis.Redis
+    prefix: str
+    a: NodeHub
+    b: NodeHub
+    router_a: RunRouter
+    router_b: RunRouter
+    node: FrameLog  # what Edge B sent to the Node
+    session: NodeSession
+
+    async def alive(self, edge_id: str, ttl_s: float = 60.0) -> None:
+        await self.redis.set(f"{self.prefix}:alive:{edge_id}", "1", px=int(ttl_s * 1000))
+
+    async def from_node(self, message: wire.NodeToEdge) -> None:
+        await self.b.receive(self.session, wire.encode(message))
+
+    async def run_request(self) -> wire.RunRequest | wire.TunnelRequest:
+        await until(lambda: self.node.runs(), "the run reached the Node")
+        return self.node.runs()[-1]
+
+
+def hub() -> NodeHub:
+    snapshot = load_snapshot(example_document())
+    return NodeHub(lambda: snapshot, ProviderPool(policy_from_snapshot(snapshot)))
+
+
+@contextlib.asynccontextmanager
+async def two_edges(url: str) -> AsyncIterator[Edges]:
+    client = aioredis.Redis.from_url(url)
+    prefix = f"iop-test-runs-{secrets.token_hex(4)}"
+    a, b = hub(), hub()
+    fast = {"ttl_s": TTL_S, "read_block_ms": 200}
+    router_a = RunRouter(url, prefix=prefix, edge_id="edge-a", local=a, **fast)
+    router_b = RunRouter(url, prefix=prefix, edge_id="edge-b", local=b, **fast)
+    a.remote, b.remote = router_a, router_b
+    node = FrameLog()
+    session = await b.connect("node-a", node)
+    await b.receive(session, wire.encode(wire.Register(node_id="node-a")))
+    response = node.sent[-1]
+    assert isinstance(response, wire.RegisterResponse)
+    ready = wire.Ready(generation=response.generation, revision=response.payload.revision)
+    await b.receive(session, wire.encode(ready))
+    edges = Edges(client, prefix, a, b, router_a, router_b, node, session)
+    await edges.alive("edge-a")
+    await edges.alive("edge-b")
+    await client.hset(f"{prefix}:node:node-a", mapping={"edge": "edge-b", "gen": 1})
+    await router_a.start()
+    await router_b.start()
+    try:
+        yield edges
+    finally:
+        await router_a.aclose()
+        await router_b.aclose()
+        await a.aclose()
+        await b.aclose()
+        with contextlib.suppress(RedisError):
+            async for key in client.scan_iter(match=f"{prefix}:*"):
+                await client.delete(key)
+        await client.aclose()
+
+
+@pytest.fixture
+async def edges() -> AsyncIterator[Edges]:
+    async with two_edges(REDIS_URL) as edges:
+        yield edges
+
+
+async def test_a_streamed_run_requested_on_one_edge_reaches_the_node_on_another_r_scale_2(edges):
+    """R-SCALE-2: the order crosses, the output comes back in order and ends with usage."""
+    channel = await edges.a.open_run(LEASE, order(), window=0)
+    request = await edges.run_request()
+    assert isinstance(request, wire.RunRequest)
+    assert (request.run_id, request.provider_id, request.stream) == (channel.run_id, "cli-a", True)
+    assert json.loads(bytes(request.body)) == json.loads(CHAT)
+    assert request.credit == REMOTE_WINDOW_CHARS  # a run without a window is still bounded
+    for n in range(5):
+        await edges.from_node(wire.RunEvent(run_id=request.run_id, data=f"data: {n}\n\n"))
+    usage = wire.Usage(input_tokens=3, output_tokens=5)
+    await edges.from_node(wire.RunEnd(run_id=request.run_id, ok=True, usage=usage))
+    text, end = await read_all(channel)
+    assert text == "".join(f"data: {n}\n\n" for n in range(5))
+    assert end.ok and end.usage == usage
+    edges.a.close_run(channel)
+    assert channel not in edges.a.open_channels
+
+
+async def test_closing_a_routed_run_cancels_it_on_the_node_r_scale_2(edges):
+    channel = await edges.a.open_run(LEASE, order(), window=0)
+    request = await edges.run_request()
+    edges.a.close_run(channel)
+    await until(lambda: edges.node.cancelled(request.run_id), "the cancel reached the Node")
+    assert request.run_id not in edges.session.runs
+
+
+async def test_output_in_flight_between_edges_stays_within_the_runs_window_r_scale_2(edges):
+    """R-SCALE-2, R-IN-5: with a 100-character window the owner Edge relays 100 characters,
+    then holds the Node's next 100 until the requester's client has read the first."""
+    channel = await edges.a.open_run(LEASE, order(), window=100)
+    request = await edges.run_request()
+    assert request.credit == 100
+    for _ in range(4):
+        await edges.from_node(wire.RunEvent(run_id=request.run_id, data="x" * 25))
+    await until(lambda: channel.outstanding == 100, "the first window reached Edge A")
+    await until(lambda: edges.node.credit(request.run_id) == 100, "Edge B gave the Node room")
+    for _ in range(4):
+        await edges.from_node(wire.RunEvent(run_id=request.run_id, data="y" * 25))
+    await until(lambda: edges.router_b.held_back() == 1, "the second window waits on Edge B")
+    assert edges.session.runs[request.run_id].outstanding == 100
+    assert channel.outstanding == 100 and not channel.finished  # nothing overran
+    await edges.from_node(wire.RunEnd(run_id=request.run_id, ok=True))
+    text, end = await read_all(channel, release=True)
+    assert text == "x" * 100 + "y" * 100
+    assert end.ok
+
+
+async def test_a_large_body_and_forwarded_headers_cross_in_parts_r_scale_2(edges):
+    """R-SCALE-2, R-IN-2: a body over the split size reaches the Node whole, in parts."""
+    text = "z" * (3 * wire.SPLIT_BODY_BYTES)
+    body = json.dumps({"model": "chat-model", "messages": [{"role": "user", "content": text}]})
+    lease = Lease(request_id=2, node_id="node-a", provider_id="compat-a", model="m", long=False)
+    headers = (("authorization", "Bearer caller"),)
+    spec = order(body.encode(), tunnel=True, forward_headers=headers)
+    channel = await edges.a.open_run(lease, spec, window=0)
+    request = await edges.run_request()
+    assert isinstance(request, wire.TunnelRequest)
+    assert request.forward_headers == {"authorization": "Bearer caller"}
+    parts = [m.data for m in edges.node.sent if isinstance(m, wire.RunBodyPart)]
+    assert request.body_parts == len(parts) > 1
+    assert "".join(parts) == body
+    edges.a.close_run(channel)
+
+
+async def test_the_owner_edge_dying_fails_the_run_with_node_gone_r_scale_2(edges):
+    """R-SCALE-2: the owner stops answering and its alive key expires: node_gone on A within
+    the alive TTL plus one check."""
+    channel = await edges.a.open_run(LEASE, order(), window=0)
+    await edges.run_request()
+    await edges.router_b.aclose()  # stops reading: nothing more comes from Edge B
+    await edges.redis.delete(f"{edges.prefix}:alive:edge-b")
+    async with asyncio.timeout(TTL_S + edges.router_a.check_s + 2):
+        _, end = await read_all(channel)
+    assert not end.ok and end.error is not None and end.error.code == "node_gone"
+
+
+async def test_the_requesting_edge_dying_cancels_the_run_on_the_node_r_scale_2(edges):
+    await edges.a.open_run(LEASE, order(), window=0)
+    request = await edges.run_request()
+    await edges.router_a.aclose()
+    await edges.alive("edge-a", ttl_s=0.2)  # not renewed any more: it expires
+    await until(
+        lambda: edges.node.cancelled(request.run_id), "the Node's run was cancelled", within=5
+    )
+
+
+async def test_a_node_held_by_no_live_edge_is_unavailable_r_scale_2(edges):
+    other = Lease(request_id=3, node_id="node-zzz", provider_id="cli-a", model="m", long=False)
+    with pytest.raises(NodeUnavailable):
+        await edges.a.open_run(other, order())
+    await edges.redis.delete(f"{edges.prefix}:alive:edge-b")
+    with pytest.raises(NodeUnavailable):
+        await edges.a.open_run(LEASE, order())
+    assert edges.node.runs() == []
+
+
+async def test_a_node_gone_from_its_edge_ends_the_run_with_a_retryable_node_gone(edges):
+    """R-SCALE-2: the Node's hash still names Edge B but the Node left it: nothing ran, so
+    the request may try another provider."""
+    await edges.b.disconnect(edges.session)
+    channel = await edges.a.open_run(LEASE, order(), window=0)
+    _, end = await read_all(channel)
+    assert end.error is not None and end.error.code == "node_gone"
+    assert end.error.before_first_byte
+
+
+async def test_managed_mode_runs_are_not_routed_between_edges(edges):
+    def seal(run_id: str, node_id: str, generation: int) -> dict:
+        raise AssertionError("never sealed for another Edge")
+
+    with pytest.raises(NodeUnavailable, match="managed-mode"):
+        await edges.a.open_run(LEASE, order(seal=seal))
+
+
+async def test_redis_unreachable_refuses_a_routed_run_at_once(edges):
+    hub_c = hub()
+    router = RunRouter("redis://127.0.0.1:1/0", prefix=edges.prefix, edge_id="edge-c", local=hub_c)
+    hub_c.remote = router
+    try:
+        with pytest.raises(RelayUnavailable):
+            await hub_c.open_run(LEASE, order())
+    finally:
+        await router.aclose()
+
+
+async def test_redis_going_away_mid_run_ends_the_run_with_relay_unavailable_r_scale_2():
+    """R-SCALE-2: a run in flight when Redis dies ends with a clear code; nothing hangs."""
+    port = free_port()
+    server = await asyncio.create_subprocess_exec(
+        *("redis-server", "--port", str(port), "--save", "", "--appendonly", "no"),
+        stdout=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        url = f"redis://127.0.0.1:{port}/0"
+        probe = aioredis.Redis.from_url(url)
+        await until_answers(probe)
+        await probe.aclose()
+        async with two_edges(url) as edges:
+            channel = await edges.a.open_run(LEASE, order(), window=0)
+            await edges.run_request()
+            server.kill()
+            await server.wait()
+            router = edges.router_a
+            async with asyncio.timeout(router.lost_after_s + router.check_s + 2):
+                _, end = await read_all(channel)
+            assert end.error is not None and end.error.code == "relay_unavailable"
+            with pytest.raises(RelayUnavailable):
+                await edges.a.open_run(LEASE, order())
+    finally:
+        if server.returncode is None:
+            server.kill()
+            await server.wait()
+
+
+async def until_answers(client: aioredis.Redis) -> None:
+    async def answers() -> bool:
+        with contextlib.suppress(RedisError):
+            return bool(await client.ping())
+        return False
+
+    for _ in range(500):
+        if await answers():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("the test's redis-server did not answer")
