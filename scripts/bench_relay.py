@@ -20,8 +20,12 @@ import multiprocessing as mp
 import os
 import secrets
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]
 
 SIZES = {"small": 100, "8KB": 8 * 1024}
 TRANSPORTS = ("channels_redis", "streams", "pubsub")
@@ -150,6 +154,102 @@ def run_case(transport: str, url: str, size: int, count: int, gap_s: float,
     }
 
 
+async def _router_case(url: str, size: int, count: int, max_s: float) -> dict[str, float]:
+    """The implementation itself: a streamed run requested on Edge A, its Node on Edge B
+    (both hubs in this one process, a fake Node socket), output read as a client would."""
+    import redis.asyncio as redis
+
+    from catalog.config import load_snapshot
+    from nodes import wire
+    from nodes.hub import NodeHub
+    from nodes.remote import RunRouter
+    from nodes.runs import RunOrder
+    from pool.engine import Lease, ProviderPool
+    from pool.policy import policy_from_snapshot
+    from tests.support.config_examples import example_document
+    from tests.support.routing import FrameLog
+
+    os.environ["IOP_ALLOW_EXAMPLE_TOKEN_HASHES"] = "1"  # a throwaway document, loopback only
+    snapshot = load_snapshot(example_document())
+    prefix = f"benchrelay:{secrets.token_hex(4)}"
+    hubs = [NodeHub(lambda: snapshot, ProviderPool(policy_from_snapshot(snapshot))) for _ in "ab"]
+    routers = [
+        RunRouter(url, prefix=prefix, edge_id=f"edge-{name}", local=hub)
+        for name, hub in zip("ab", hubs, strict=True)
+    ]
+    for hub, router in zip(hubs, routers, strict=True):
+        hub.remote = router
+    client = redis.Redis.from_url(url)
+    node = FrameLog()
+    session = await hubs[1].connect("node-a", node)
+    await hubs[1].receive(session, wire.encode(wire.Register(node_id="node-a")))
+    response = node.sent[-1]
+    assert isinstance(response, wire.RegisterResponse)
+    ready = wire.Ready(generation=response.generation, revision=response.payload.revision)
+    await hubs[1].receive(session, wire.encode(ready))
+    for name in "ab":
+        await client.set(f"{prefix}:alive:edge-{name}", "1", px=600_000)
+    await client.hset(f"{prefix}:node:node-a", mapping={"edge": "edge-b"})
+    for router in routers:
+        await router.start()
+    lease = Lease(request_id=1, node_id="node-a", provider_id="cli-a", model="echo", long=False)
+    order = RunOrder(tunnel=False, operation="chat_completions", stream=True, body=b"{}")
+    window = 256 * 1024
+    channel = await hubs[0].open_run(lease, order, window=window)
+    for _ in range(5000):
+        if node.runs():
+            break
+        await asyncio.sleep(0.001)
+    run_id = node.runs()[-1].run_id
+    payload = _payload(size).decode()
+    latencies: list[float] = []
+    start = time.monotonic()
+
+    async def feed() -> None:
+        sent = 0
+        for _ in range(count):
+            if time.monotonic() - start > max_s:
+                break
+            data = _stamp(payload.encode()).decode() + "\n"
+            for _ in range(100_000):  # the Node waits for credit, as a real one does
+                if sent + len(data) <= window + node.credit(run_id):
+                    break
+                await asyncio.sleep(0.0005)
+            sent += len(data)
+            await hubs[1].receive(session, wire.encode(wire.RunEvent(run_id=run_id, data=data)))
+            await asyncio.sleep(0)
+        await hubs[1].receive(session, wire.encode(wire.RunEnd(run_id=run_id, ok=True)))
+
+    feeder = asyncio.get_running_loop().create_task(feed())
+    while True:
+        item = await channel.get()
+        if isinstance(item, wire.RunEnd):
+            break
+        now = time.time_ns()
+        for event in item.split("\n")[:-1]:
+            latencies.append((now - int(event.split("|", 1)[0])) / 1000)
+        channel.release()
+    span = time.monotonic() - start
+    await feeder
+    hubs[0].close_run(channel)
+    for router in routers:
+        await router.aclose()
+    for hub in hubs:
+        await hub.aclose()
+    async for key in client.scan_iter(match=f"{prefix}*"):
+        await client.delete(key)
+    await client.aclose()
+    latencies.sort()
+    n = len(latencies)
+    return {
+        "sent": count,
+        "received": n,
+        "p50_us": statistics.median(latencies) if n else float("nan"),
+        "p99_us": latencies[min(n - 1, int(n * 0.99))] if n else float("nan"),
+        "events_s": n / span if n > 1 else float("nan"),
+    }
+
+
 def _cleanup(url: str, key: str) -> None:
     import redis
 
@@ -169,9 +269,18 @@ def main() -> None:
     parser.add_argument("--gap-ms", type=float, default=1.0)
     parser.add_argument("--max-s", type=float, default=20.0, help="bound on one case")
     parser.add_argument("--transport", choices=TRANSPORTS, action="append")
+    parser.add_argument(
+        "--router", action="store_true", help="measure nodes.remote.RunRouter (hub to hub)"
+    )
     args = parser.parse_args()
     print(f"{'transport':<15} {'size':<6} {'mode':<6} {'recv':>7} "
           f"{'p50 us':>9} {'p99 us':>9} {'events/s':>10}")  # fmt: skip
+    if args.router:
+        for label, size in SIZES.items():
+            r = asyncio.run(_router_case(args.redis, size, args.events, args.max_s))
+            print(f"{'RunRouter':<15} {label:<6} {'burst':<6} {r['received']:>7.0f} "
+                  f"{r['p50_us']:>9.0f} {r['p99_us']:>9.0f} {r['events_s']:>10.0f}")  # fmt: skip
+        return
     for transport in args.transport or TRANSPORTS:
         for label, size in SIZES.items():
             for mode, count, gap in (("burst", args.events, 0.0),
