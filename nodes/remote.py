@@ -38,6 +38,7 @@ MAX_RELAY_CHARS = 256 * 1024  # one output message carries at most this much
 STREAM_MAXLEN = 100_000  # entries kept per stream (approximate trim): a bound, never reached
 STREAM_TTL_S = 120.0  # a dead Edge's streams vanish this long after the last message
 READ_BLOCK_MS = 1000
+MAX_SERVED_RUNS = 10_000  # runs (or bodies still arriving) served here for other Edges
 READ_COUNT = 200
 
 
@@ -274,7 +275,7 @@ class RunRouter:
         served = self._served.get(key)
         if isinstance(message, Part):
             if served is None:
-                if len(self._served) >= STREAM_MAXLEN:
+                if len(self._served) >= MAX_SERVED_RUNS:
                     return
                 served = self._served[key] = _Served()
             if sum(map(len, served.parts)) + len(message.data) <= wire.MAX_BODY_CHARS:

@@ -103,8 +103,9 @@ class RunError(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """A run's failure. ``code`` is stable: upstream_error, upstream_timeout, cancelled,
     node_shutdown, node_gone, bad_request, unknown_provider, credential_refused, and
     relay_unavailable (set by an Edge: run routing between Edges lost Redis,
-    docs/scale-out.md). ``retryable``: another provider may succeed; ``phase``: how far the run got (empty = unknown, treated as after the first
-    byte); ``retry_after_s``: the upstream's Retry-After on a 429."""
+    docs/scale-out.md). ``retryable``: another provider may succeed; ``phase``: how far the
+    run got (empty = unknown, treated as after the first byte); ``retry_after_s``: the
+    upstream's Retry-After on a 429."""
 
     code: str
     message: str
