@@ -90,6 +90,10 @@ class Cancel(_Msg, tag="cancel"):
     reply_to: str
 
 
+class Taken(_Msg, tag="taken"):
+    """The owner read the order: the run is its now (or ends with an ``End``)."""
+
+
 class Output(_Msg, tag="out"):
     data: str
 
@@ -100,7 +104,7 @@ class End(_Msg, tag="end"):
     usage: wire.Usage | None = None
 
 
-Message = Open | Part | Credit | Cancel | Output | End
+Message = Open | Part | Credit | Cancel | Taken | Output | End
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(Message).decode
 
@@ -109,6 +113,8 @@ _decode = msgspec.json.Decoder(Message).decode
 class _Requested:
     channel: RunChannel
     owner: str
+    sent_at: float  # monotonic: an order nobody took within ``ttl_s`` fails (retryable)
+    taken: bool = False
 
 
 @dataclass(eq=False)
@@ -229,7 +235,7 @@ class RunRouter:
             self._spawn(self._send(owner, "runs", Credit(run_id, self.edge_id, chars)))
 
         channel = RunChannel(run_id, node_id, window, grant)
-        self._requested[run_id] = _Requested(channel, owner)
+        self._requested[run_id] = _Requested(channel, owner, time.monotonic())
         try:
             await self._send(owner, "runs", *messages, order)
         except RedisError as exc:
@@ -256,6 +262,7 @@ class RunRouter:
         if requested is None:
             return  # a run already closed here
         channel = requested.channel
+        requested.taken = True  # any reply means the owner has the order
         if isinstance(message, Output):
             if not channel.feed(message.data):
                 log.warning("run %s: Edge %s overran its credit", message.run_id, requested.owner)
@@ -286,6 +293,7 @@ class RunRouter:
             elif served.task is not None:
                 return  # a duplicate
             served.task = self._spawn(self._serve(key, served, message))
+            self._spawn(self._send(message.reply_to, "replies", Taken(message.run_id)))
         elif served is not None and isinstance(message, Credit):
             served.in_flight -= message.chars
             served.credited.set()
@@ -398,12 +406,14 @@ class RunRouter:
                         self._on_reply(message)
 
     async def _watch(self) -> None:
-        """Fail runs of dead peers, and every run when Redis stays unreachable."""
+        """Fail runs of dead peers, orders nobody took, and every run when Redis stays
+        unreachable."""
         while True:
             await asyncio.sleep(self.check_s)
             if time.monotonic() - self._last_ok > self.lost_after_s:
                 self._fail_all("relay_unavailable", "run routing between Edges lost Redis")
                 continue
+            self._fail_untaken()
             peers = {r.owner for r in self._requested.values()} | {k[0] for k in self._served}
             if not peers:
                 continue
@@ -420,6 +430,20 @@ class RunRouter:
                 continue  # the read loop's clock decides when Redis is gone
             dead = {peer for peer, there in zip(names, found, strict=True) if not there}
             self._drop(dead, "node_gone", "the Edge holding the node stopped answering")
+
+    def _fail_untaken(self) -> None:
+        """An owner alive but not reading its orders: nothing ran, another provider may."""
+        late = time.monotonic() - self.ttl_s
+        for run_id, requested in list(self._requested.items()):
+            if not requested.taken and requested.sent_at < late:
+                self.cancel(requested.channel)  # in case it is read after all
+                error = wire.RunError(
+                    code="node_gone",
+                    message="the Edge holding the node did not take the run",
+                    retryable=True,
+                    phase=wire.PHASE_CONNECT,
+                )
+                requested.channel.finish(wire.RunEnd(run_id, False, error))
 
     def _drop(self, dead: set[str], code: str, message: str) -> None:
         for run_id, requested in list(self._requested.items()):

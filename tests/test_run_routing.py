@@ -189,6 +189,17 @@ async def test_the_owner_edge_dying_fails_the_run_with_node_gone_r_scale_2(edges
     assert not end.ok and end.error is not None and end.error.code == "node_gone"
 
 
+async def test_an_order_the_owner_never_takes_fails_retryably_with_node_gone_r_scale_2(edges):
+    """R-SCALE-2: Edge B is alive but does not read its orders: within its TTL plus a check
+    the run ends with node_gone, marked as not started, so another provider may take it."""
+    await edges.router_b.aclose()  # alive key kept: B is up, its router is not
+    channel = await edges.a.open_run(LEASE, order(), window=0)
+    async with asyncio.timeout(TTL_S + edges.router_a.check_s + 2):
+        _, end = await read_all(channel)
+    assert end.error is not None and end.error.code == "node_gone"
+    assert end.error.before_first_byte
+
+
 async def test_the_requesting_edge_dying_cancels_the_run_on_the_node_r_scale_2(edges):
     await edges.a.open_run(LEASE, order(), window=0)
     request = await edges.run_request()
