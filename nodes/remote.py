@@ -342,26 +342,31 @@ class RunRouter:
     async def _relay(
         self, requester: str, served: _Served, order: Open, channel: RunChannel
     ) -> None:
+        """Forward the local run's output within the requester's credit: what is queued goes
+        in one message, split where the room ends (as a Node splits at its credit), so a
+        run never waits for credit that its own held output keeps from coming back."""
         run_id, window = order.run_id, order.window
-        item: str | wire.RunEnd = await channel.get()
+        item: str | wire.RunEnd | None = await channel.get()
         while isinstance(item, str):
-            while served.in_flight > 0 and served.in_flight + len(item) > window:
+            while served.in_flight >= window:
                 served.credited.clear()
                 served.waiting = True
                 await served.credited.wait()
                 served.waiting = False
-            data = [item]
-            size = len(item)
             room = min(window - served.in_flight, MAX_RELAY_CHARS)
-            nxt = channel.get_nowait()
-            while isinstance(nxt, str) and size + len(nxt) <= room:
-                data.append(nxt)
-                size += len(nxt)
-                nxt = channel.get_nowait()
+            data: list[str] = []
+            size = 0
+            while isinstance(item, str) and size < room:
+                piece = item[: room - size]
+                data.append(piece)
+                size += len(piece)
+                item = item[len(piece) :] or channel.get_nowait()
             served.in_flight += size
             await self._send(requester, "replies", Output(run_id, "".join(data)))
-            channel.release()
-            item = nxt if nxt is not None else await channel.get()
+            channel.release(size)  # what left for the requester: the Node may send more
+            if item is None:
+                item = await channel.get()
+        assert item is not None  # the loop leaves only on the run's end
         await self._send(requester, "replies", End(run_id, item.ok, item.error, item.usage))
 
     def held_back(self) -> int:

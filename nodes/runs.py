@@ -79,10 +79,12 @@ class RunChannel:
         """What was taken is written but its client has not read it yet."""
         self.held = True
 
-    def release(self) -> None:
-        """Everything taken so far has left the Edge: return it to the Node as credit."""
+    def release(self, chars: int | None = None) -> None:
+        """Everything taken so far (or its first ``chars`` characters, for a reader that
+        forwards part of what it took) has left the Edge: return it to the Node as credit."""
         self.held = False
-        chars, self._taken = self._taken, 0
+        chars = self._taken if chars is None else min(chars, self._taken)
+        self._taken -= chars
         self.outstanding -= chars
         if self._grant is None or self.end is not None or not chars:
             return

@@ -160,6 +160,29 @@ async def test_output_in_flight_between_edges_stays_within_the_runs_window_r_sca
     assert end.ok
 
 
+async def test_output_larger_than_the_room_left_is_split_at_the_credit_r_scale_2(edges):
+    """R-SCALE-2, R-IN-5: the owner forwards what fits the requester's credit and the rest
+    when more comes, as a Node splits at its credit: a large event never waits for credit
+    that only its own delivery would bring back."""
+    channel = await edges.a.open_run(LEASE, order(), window=100)
+    request = await edges.run_request()
+    await edges.from_node(wire.RunEvent(run_id=request.run_id, data="x" * 50))
+    await until(lambda: channel.outstanding == 50, "the first half reached Edge A")
+    await edges.from_node(wire.RunEvent(run_id=request.run_id, data="x" * 50))
+    await until(lambda: channel.outstanding == 100, "the second half reached Edge A")
+    await until(lambda: edges.node.credit(request.run_id) == 100, "Edge B gave the Node room")
+    await edges.from_node(wire.RunEvent(run_id=request.run_id, data="y" * 100))
+    await until(lambda: edges.router_b.held_back() == 1, "the large event waits on Edge B")
+    assert await channel.get() == "x" * 50
+    channel.release()  # 50 characters read by the client: credit for 50
+    await until(lambda: channel.outstanding == 100, "the part that fits came")
+    assert [await channel.get(), await channel.get()] == ["x" * 50, "y" * 50]
+    channel.release()
+    await edges.from_node(wire.RunEnd(run_id=request.run_id, ok=True))
+    text, end = await read_all(channel, release=True)
+    assert text == "y" * 50 and end.ok
+
+
 async def test_a_large_body_and_forwarded_headers_cross_in_parts_r_scale_2(edges):
     """R-SCALE-2, R-IN-2: a body over the split size reaches the Node whole, in parts."""
     text = "z" * (3 * wire.SPLIT_BODY_BYTES)
