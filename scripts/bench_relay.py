@@ -154,7 +154,9 @@ def run_case(transport: str, url: str, size: int, count: int, gap_s: float,
     }
 
 
-async def _router_case(url: str, size: int, count: int, max_s: float) -> dict[str, float]:
+async def _router_case(
+    url: str, size: int, count: int, gap_s: float, max_s: float
+) -> dict[str, float]:
     """The implementation itself: a streamed run requested on Edge A, its Node on Edge B
     (both hubs in this one process, a fake Node socket), output read as a client would."""
     import redis.asyncio as redis
@@ -217,7 +219,7 @@ async def _router_case(url: str, size: int, count: int, max_s: float) -> dict[st
                 await asyncio.sleep(0.0005)
             sent += len(data)
             await hubs[1].receive(session, wire.encode(wire.RunEvent(run_id=run_id, data=data)))
-            await asyncio.sleep(0)
+            await asyncio.sleep(gap_s)
         await hubs[1].receive(session, wire.encode(wire.RunEnd(run_id=run_id, ok=True)))
 
     feeder = asyncio.get_running_loop().create_task(feed())
@@ -277,9 +279,12 @@ def main() -> None:
           f"{'p50 us':>9} {'p99 us':>9} {'events/s':>10}")  # fmt: skip
     if args.router:
         for label, size in SIZES.items():
-            r = asyncio.run(_router_case(args.redis, size, args.events, args.max_s))
-            print(f"{'RunRouter':<15} {label:<6} {'burst':<6} {r['received']:>7.0f} "
-                  f"{r['p50_us']:>9.0f} {r['p99_us']:>9.0f} {r['events_s']:>10.0f}")  # fmt: skip
+            for mode, count, gap in (("burst", args.events, 0.0),
+                                     ("paced", args.paced_events, args.gap_ms / 1000)):  # fmt: skip
+                r = asyncio.run(_router_case(args.redis, size, count, gap, args.max_s))
+                rate = f"{r['events_s']:>10.0f}" if mode == "burst" else f"{'-':>10}"
+                print(f"{'RunRouter':<15} {label:<6} {mode:<6} {r['received']:>7.0f} "
+                      f"{r['p50_us']:>9.0f} {r['p99_us']:>9.0f} {rate}", flush=True)  # fmt: skip
         return
     for transport in args.transport or TRANSPORTS:
         for label, size in SIZES.items():
