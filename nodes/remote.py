@@ -28,6 +28,18 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from nodes import wire
+from nodes.remote_wire import (
+    Cancel,
+    Credit,
+    End,
+    Msg,
+    Open,
+    Output,
+    Part,
+    Taken,
+    decode,
+    encode,
+)
 from nodes.runs import NodeUnavailable, RunChannel, RunOrder
 from nodes.tokens import sane_usage
 
@@ -54,59 +66,6 @@ class LocalRuns(Protocol):
     ) -> RunChannel: ...
 
     def close_run(self, channel: RunChannel) -> None: ...
-
-
-# --- messages --------------------------------------------------------------------------------
-
-
-class _Msg(msgspec.Struct, tag_field="t", forbid_unknown_fields=True, omit_defaults=True):
-    run_id: str
-
-
-class Open(_Msg, tag="open"):
-    reply_to: str
-    node_id: str
-    provider_id: str
-    operation: str
-    stream: bool
-    tunnel: bool
-    window: int
-    body: str = ""
-    body_parts: int = 0  # sent first as ``Part`` messages (R-IN-2)
-    forward_headers: dict[str, str] = {}
-
-
-class Part(_Msg, tag="part"):
-    reply_to: str
-    data: str
-
-
-class Credit(_Msg, tag="credit"):
-    reply_to: str
-    chars: int
-
-
-class Cancel(_Msg, tag="cancel"):
-    reply_to: str
-
-
-class Taken(_Msg, tag="taken"):
-    """The owner read the order: the run is its now (or ends with an ``End``)."""
-
-
-class Output(_Msg, tag="out"):
-    data: str
-
-
-class End(_Msg, tag="end"):
-    ok: bool
-    error: wire.RunError | None = None
-    usage: wire.Usage | None = None
-
-
-Message = Open | Part | Credit | Cancel | Taken | Output | End
-_encode = msgspec.json.Encoder().encode
-_decode = msgspec.json.Decoder(Message).decode
 
 
 @dataclass(eq=False)
@@ -229,7 +188,7 @@ class RunRouter:
             body_parts=len(parts),
             forward_headers=dict(spec.forward_headers) if spec.tunnel else {},
         )
-        messages: list[_Msg] = [Part(run_id=run_id, reply_to=self.edge_id, data=p) for p in parts]
+        messages: list[Msg] = [Part(run_id=run_id, reply_to=self.edge_id, data=p) for p in parts]
 
         def grant(chars: int) -> None:
             self._spawn(self._send(owner, "runs", Credit(run_id, self.edge_id, chars)))
@@ -257,7 +216,7 @@ class RunRouter:
         self._spawn(self._send(requested.owner, "runs", Cancel(channel.run_id, self.edge_id)))
         return True
 
-    def _on_reply(self, message: _Msg) -> None:
+    def _on_reply(self, message: Msg) -> None:
         requested = self._requested.get(message.run_id)
         if requested is None:
             return  # a run already closed here
@@ -275,7 +234,7 @@ class RunRouter:
 
     # --- owner side --------------------------------------------------------------------------
 
-    def _on_order(self, message: _Msg) -> None:
+    def _on_order(self, message: Msg) -> None:
         if not isinstance(message, Open | Part | Credit | Cancel):
             return
         key = (message.reply_to, message.run_id)
@@ -375,11 +334,11 @@ class RunRouter:
 
     # --- Redis -------------------------------------------------------------------------------
 
-    async def _send(self, edge_id: str, kind: str, *messages: _Msg) -> None:
+    async def _send(self, edge_id: str, kind: str, *messages: Msg) -> None:
         key = self._key(edge_id, kind)
         async with self._redis.pipeline(transaction=False) as pipe:
             for message in messages:
-                pipe.xadd(key, {"m": _encode(message)}, maxlen=STREAM_MAXLEN, approximate=True)
+                pipe.xadd(key, {"m": encode(message)}, maxlen=STREAM_MAXLEN, approximate=True)
             pipe.pexpire(key, int(STREAM_TTL_S * 1000))
             await pipe.execute()
 
@@ -401,7 +360,7 @@ class RunRouter:
                 for entry_id, fields in entries:
                     streams[name] = entry_id
                     try:
-                        message = _decode(fields[b"m"])
+                        message = decode(fields[b"m"])
                     except (msgspec.ValidationError, msgspec.DecodeError, KeyError):
                         log.warning("run routing: malformed message on %s ignored", name)
                         continue

@@ -1,0 +1,62 @@
+"""The messages of run routing between Edges (docs/scale-out.md, "Run routing").
+
+One JSON message per Redis stream entry (field ``m``), tagged by ``t``. Orders, body parts,
+credit and cancels go to the owner's ``{P}:edge:{id}:runs``; ``taken``, output and the end go
+to the requester's ``{P}:edge:{id}:replies``. No Django here.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from nodes import wire
+
+
+class Msg(msgspec.Struct, tag_field="t", forbid_unknown_fields=True, omit_defaults=True):
+    run_id: str
+
+
+class Open(Msg, tag="open"):
+    reply_to: str
+    node_id: str
+    provider_id: str
+    operation: str
+    stream: bool
+    tunnel: bool
+    window: int
+    body: str = ""
+    body_parts: int = 0  # sent first as ``Part`` messages (R-IN-2)
+    forward_headers: dict[str, str] = {}
+
+
+class Part(Msg, tag="part"):
+    reply_to: str
+    data: str
+
+
+class Credit(Msg, tag="credit"):
+    reply_to: str
+    chars: int
+
+
+class Cancel(Msg, tag="cancel"):
+    reply_to: str
+
+
+class Taken(Msg, tag="taken"):
+    """The owner read the order: the run is its now (or ends with an ``End``)."""
+
+
+class Output(Msg, tag="out"):
+    data: str
+
+
+class End(Msg, tag="end"):
+    ok: bool
+    error: wire.RunError | None = None
+    usage: wire.Usage | None = None
+
+
+Message = Open | Part | Credit | Cancel | Taken | Output | End
+encode = msgspec.json.Encoder().encode
+decode = msgspec.json.Decoder(Message).decode
