@@ -52,6 +52,7 @@ STREAM_TTL_S = 120.0  # a dead Edge's streams vanish this long after the last me
 READ_BLOCK_MS = 1000
 MAX_SERVED_RUNS = 10_000  # runs (or bodies still arriving) served here for other Edges
 READ_COUNT = 200
+MAX_BODY_PARTS = wire.MAX_BODY_CHARS // wire.MAX_EVENT_DATA_CHARS  # R-IN-2's bound, in parts
 
 
 class RelayUnavailable(NodeUnavailable):
@@ -244,7 +245,7 @@ class RunRouter:
                 if len(self._served) >= MAX_SERVED_RUNS:
                     return
                 served = self._served[key] = _Served()
-            if sum(map(len, served.parts)) + len(message.data) <= wire.MAX_BODY_CHARS:
+            if len(served.parts) < MAX_BODY_PARTS:  # more cannot be a whole body: refused below
                 served.parts.append(message.data)
         elif isinstance(message, Open):
             if served is None:
@@ -266,6 +267,7 @@ class RunRouter:
 
     async def _serve(self, key: tuple[str, str], served: _Served, order: Open) -> None:
         requester, run_id = key
+        whole = len(served.parts) == order.body_parts
         body = "".join(served.parts) if order.body_parts else order.body
         served.parts = []
         spec = RunOrder(
@@ -277,8 +279,8 @@ class RunRouter:
         )
         channel: RunChannel | None = None
         try:
-            if order.body_parts and len(body) == 0:
-                raise NodeUnavailable("the run's body parts did not arrive")
+            if not whole:
+                raise NodeUnavailable("the run's body did not arrive whole")
             channel = await self._local.open_local(
                 run_id, order.node_id, order.provider_id, spec, order.window
             )
