@@ -45,6 +45,12 @@ class ProviderPool:
         # timer listens (the engine itself never sleeps).
         self.on_health_change: Callable[[], None] | None = None
 
+    async def start(self) -> None:
+        """Nothing runs beside the requests in memory (``PoolEngine``)."""
+
+    async def aclose(self) -> None:
+        """Nothing to stop in memory (``PoolEngine``)."""
+
     async def acquire(
         self,
         model: str,
