@@ -1,0 +1,480 @@
+"""``RedisPool``: the provider pool shared by several Edges through Redis (R-SCALE-2/3).
+
+Every decision is one atomic Lua script (``lua/``) on Redis time; this object keeps only what
+this Edge holds (its leases, its waiters' futures, its Nodes' readiness) and hands every call
+to ONE ordered writer task, so one Edge's node_ready/node_gone/release reach Redis in call
+order. See docs/pool.md, "Redis engine".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from redis.asyncio import Redis
+
+from pool.engine.errors import PoolBackendUnavailable
+from pool.engine.model import Lease, PoolPolicy, PoolSnapshot
+
+from . import background, scripts, wire
+from .background import CONNECTION_ERRORS, Job
+
+log = logging.getLogger("iop.pool.redis")
+health_log = logging.getLogger("iop.pool.health")
+
+STOP_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *CONNECTION_ERRORS)
+VIEW_MAX_AGE_S = 0.25  # snapshot()/queued_by() answer from figures at most this old
+RECENT = 4096  # waiter ids remembered after their fate, so a late duplicate is ignored
+
+
+class EdgeIdInUse(RuntimeError):
+    """Another live Edge holds this Edge id (its ``{P}:alive:{id}`` key)."""
+
+
+@dataclass(slots=True)
+class _Waiting:
+    fut: asyncio.Future[Lease]
+    model: str
+    since: float  # this Edge's clock
+
+
+class RedisPool:
+    """Provider pool of one Edge among several; every method runs on the event loop."""
+
+    def __init__(
+        self,
+        policy: PoolPolicy,
+        *,
+        redis_url: str,
+        prefix: str,
+        edge_id: str,
+        lease_ttl_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        background: bool = True,
+    ) -> None:
+        if lease_ttl_s <= 0:
+            raise ValueError("lease_ttl_s must be > 0")
+        self._policy = policy
+        self._url = redis_url
+        self._prefix = prefix
+        self._edge = edge_id
+        self._ttl_s = lease_ttl_s
+        self._clock = clock
+        self._background = background  # False: the caller drives renew/sweep/expire (tests)
+        self._token = secrets.token_hex(8)
+        self._redis: Redis | None = None
+        self._scripts: dict[str, Any] = {}
+        self._jobs: deque[Job] = deque()
+        self._kick: asyncio.Event | None = None
+        self._down = False
+        self._epoch: str | None = None
+        self._held: dict[int, tuple[Lease, str]] = {}  # lease id -> (lease, epoch granted in)
+        self._waiters: dict[str, _Waiting] = {}
+        self._recent: OrderedDict[str, None] = OrderedDict()  # settled or cancelled waiters
+        self._early: dict[str, list[Any]] = {}  # fates that came before their admit answer
+        self._ready: dict[str, int] = {}  # node -> ready generation here (R-NODE-1)
+        self._gone: dict[str, int] = {}
+        self._refused: dict[str, dict[str, str]] = {}
+        self._view = wire.offline(policy)
+        self._view_at = -VIEW_MAX_AGE_S
+        self._owners: dict[str, int] = {}
+        self._ejected_until: dict[str, float] = {}  # provider -> end of ejection, our clock
+        self._ejections: dict[str, int] = {}
+        self._pending: set[str] = set()  # periodic jobs queued and not yet run
+        self._expiry: asyncio.TimerHandle | None = None
+        self.on_health_change: Callable[[], None] | None = None
+        self.time_override: Callable[[], int] | None = None  # tests: Redis time in ms
+        self._tasks: list[asyncio.Task[None]] = []
+        self._ticker: asyncio.Task[None] | None = None
+        self._subscribed: asyncio.Event | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, claim this Edge's id, install the policy, start the writer and the
+        listener (and the renew/sweep ticker). Raises ``EdgeIdInUse``."""
+        self._kick = asyncio.Event()
+        self._redis = Redis.from_url(
+            self._url,
+            decode_responses=True,
+            socket_connect_timeout=1.0,
+            socket_timeout=max(1.0, self._ttl_s / 3),
+        )
+        self._scripts = scripts.register(self._redis)
+        self._jobs.appendleft(self._apply_job(self._policy))
+        try:
+            if await self._call("start", [self._token]) == "taken":
+                await self._redis.aclose()
+                raise EdgeIdInUse(f"another live Edge already uses the Edge id {self._edge!r}")
+        except CONNECTION_ERRORS as exc:  # the writer keeps trying
+            log.warning("the shared pool store is unreachable at start (%s)", type(exc).__name__)
+        await background.start_tasks(self)
+
+    async def aclose(self) -> None:
+        """Send what is queued (releases, node_gone), give up this Edge's id, disconnect."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+        await background.stop_ticker(self)
+        if self._redis is None:
+            return
+        if not self._down:
+            try:
+                await asyncio.wait_for(self.flush(), timeout=2.0)
+                key = f"{self._prefix}:alive:{self._edge}"
+                if await self._redis.get(key) == self._token:
+                    await self._redis.delete(key)
+            except STOP_ERRORS:
+                log.warning("stopping with pool updates not sent; their leases expire by TTL")
+        await background.stop_tasks(self)
+        await self._redis.aclose()
+
+    async def flush(self) -> None:
+        """Return once every call made so far reached Redis and its answer was handled."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def done(_: Any) -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        self._submit(Job("", [], done))
+        await fut
+
+    # --- admission and release ------------------------------------------------------------
+
+    async def acquire(
+        self,
+        model: str,
+        needs: frozenset[str] = frozenset(),
+        *,
+        long: bool = False,
+        owner: str | None = None,
+        max_queued: int | None = None,
+        exclude: frozenset[str] = frozenset(),
+    ) -> Lease:
+        """Lease a provider of ``model`` able to serve ``needs``, waiting in the one global
+        queue (R-POOL-5 across Edges); ``PoolBackendUnavailable`` at once when Redis is
+        unreachable, ``PoolRecovering`` while it recovers from a loss of data."""
+        if self._down:
+            raise PoolBackendUnavailable()
+        fut: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
+        share = "" if owner is None or max_queued is None else str(max_queued)
+        args = [
+            model,
+            json.dumps(sorted(needs)),
+            "1" if long else "0",
+            owner or "",
+            share,
+            json.dumps(sorted(exclude)),
+        ]
+        self._submit(Job("admit", args, partial(self._admitted, fut, model, long), fut))
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self.release(fut.result())  # granted in the same tick as the cancel: no leak
+            raise
+
+    def release(self, lease: Lease) -> bool:
+        """Give the lease back; True the first time, False after (R-POOL-9). Synchronous."""
+        if lease._released:
+            return False
+        lease._released = True
+        held = self._held.pop(lease.request_id, None)
+        if held is not None and held[0] is lease:
+            self._submit(Job("release", [str(lease.request_id)]))
+        return True
+
+    def succeeded(self, lease: Lease) -> None:
+        """The lease's upstream answered (R-HEALTH-2); call before ``release``."""
+        args = ["ok", str(lease.request_id), lease.node_id, lease.provider_id]
+        self._submit(Job("health", args, self._health_done))
+
+    def failed(self, lease: Lease, reason: str, retry_after_s: float | None = None) -> None:
+        """The lease's run failed before its first byte (R-HEALTH-2); call before ``release``."""
+        retry = "" if retry_after_s is None else str(max(0, round(retry_after_s * 1000)))
+        args = ["fail", str(lease.request_id), lease.node_id, lease.provider_id, reason, retry]
+        self._submit(Job("health", args, self._health_done))
+
+    def probed(self, node_id: str, provider_id: str, ok: bool, reason: str = "") -> None:
+        """An active probe's verdict from the provider's Node (R-HEALTH-3)."""
+        args = ["probe", node_id, provider_id, "1" if ok else "0", reason]
+        self._submit(Job("health", args, self._health_done))
+
+    def wake(self) -> int:
+        """Let providers whose ejection is over take a trial (any Edge may; the sweep does it
+        too). The count is not known synchronously: returns 0."""
+        self._submit(Job("health", ["wake"], self._health_done))
+        return 0
+
+    def next_wake(self) -> float | None:
+        """When the earliest ejection this Edge knows of ends, on this Edge's clock."""
+        return min(self._ejected_until.values(), default=None)
+
+    @property
+    def ejections_total(self) -> dict[str, int]:
+        """Ejections this Edge's calls caused, per provider id (a per-Edge counter)."""
+        return self._ejections
+
+    # --- nodes and policy -----------------------------------------------------------------
+
+    def node_ready(
+        self, node_id: str, generation: int, refused: Mapping[str, str] | None = None
+    ) -> None:
+        """A Node connected here is dispatch-ready; the newest ready wins across Edges."""
+        gone = self._gone.get(node_id)
+        current = self._ready.get(node_id)
+        if (gone is not None and generation <= gone) or (
+            current is not None and generation < current
+        ):
+            return  # a stale generation: that connection already ended or was replaced
+        self._ready[node_id] = generation
+        self._refused[node_id] = dict(refused or {})
+        args = ["ready", node_id, str(generation), wire.refused_json(refused or {})]
+        self._submit(Job("node", args))
+
+    def node_refused(self, node_id: str, generation: int, refused: Mapping[str, str]) -> None:
+        """The ready Node now refuses exactly ``refused``."""
+        if self._ready.get(node_id) != generation or self._refused.get(node_id) == refused:
+            return
+        self._refused[node_id] = dict(refused)
+        args = ["refused", node_id, str(generation), wire.refused_json(refused)]
+        self._submit(Job("node", args))
+
+    def node_gone(self, node_id: str, generation: int) -> None:
+        """The connection ended; a ready Node of another (edge, generation) is untouched."""
+        current = self._ready.get(node_id)
+        if current is not None and generation < current:
+            return
+        self._gone[node_id] = max(generation, self._gone.get(node_id, generation))
+        if current is None:
+            return
+        del self._ready[node_id]
+        self._refused.pop(node_id, None)
+        self._submit(Job("node", ["gone", node_id, str(generation), "{}"]))
+
+    def apply(self, policy: PoolPolicy) -> None:
+        """Install a policy in Redis unless a newer version is there (R-REF-3)."""
+        self._policy = policy
+        self._submit(self._apply_job(policy))
+
+    def expire(self) -> int:
+        """Time out overdue waiters now (of every Edge); the count is not known at once: 0."""
+        self._submit(Job("expire", [], self._expired))
+        return 0
+
+    # --- views ----------------------------------------------------------------------------
+
+    def snapshot(self) -> PoolSnapshot:
+        """Global figures at most ``VIEW_MAX_AGE_S`` old (a read is started when older)."""
+        self._refresh_view()
+        return self._view
+
+    def idle(self) -> bool:
+        """No lease held and no waiter queued by this Edge."""
+        return not self._held and not self._waiters and not any(j.acquire for j in self._jobs)
+
+    def queued_by(self, owner: str) -> int:
+        """Waiters ``owner`` holds in the one queue, from the view (R-PRIN-3)."""
+        self._refresh_view()
+        return self._owners.get(owner, 0)
+
+    async def fetch_snapshot(self) -> PoolSnapshot:
+        """Exact global figures, after every call this Edge made so far."""
+        fut: asyncio.Future[PoolSnapshot] = asyncio.get_running_loop().create_future()
+
+        def done(out: Any) -> None:
+            self._viewed(out)
+            if not fut.done():
+                fut.set_result(self._view)
+
+        self._submit(Job("snapshot", [], done))
+        return await fut
+
+    # --- script answers -------------------------------------------------------------------
+
+    def _admitted(self, fut: asyncio.Future[Lease], model: str, long: bool, out: Any) -> None:
+        kind = out[0]
+        if kind == "lease":
+            lease = Lease(int(out[1]), out[2], out[3], model, long)
+            self._held[lease.request_id] = (lease, self._epoch or "")
+            if fut.done():
+                self.release(lease)  # the caller went away while the admit was on its way
+            else:
+                fut.set_result(lease)
+        elif kind == "queued":
+            wid = out[1]
+            if fut.done():
+                self._cancel(wid)
+                return
+            self._waiters[wid] = _Waiting(fut, model, self._clock())
+            fut.add_done_callback(partial(self._waiter_done, wid))
+            early = self._early.pop(wid, None)
+            if early is not None:
+                self._fate(early)
+            self._arm_expiry()
+        elif not fut.done():
+            fut.set_exception(wire.error(out[1], out[2]))
+
+    def _fate(self, ev: list[Any]) -> None:
+        """A waiter of this Edge was granted (``g``) or failed (``f``)."""
+        wid = str(ev[1])
+        w = self._waiters.pop(wid, None)
+        if w is None:
+            if wid not in self._recent and len(self._early) < RECENT:
+                self._early[wid] = ev  # its admit answer is still on its way
+            return
+        self._remember(wid)
+        if ev[0] == "g":
+            lease = Lease(int(wid), ev[2], ev[3], w.model, bool(ev[4]))
+            self._held[lease.request_id] = (lease, str(ev[5]))
+            if w.fut.done():
+                self.release(lease)
+            else:
+                w.fut.set_result(lease)
+        elif not w.fut.done():
+            w.fut.set_exception(wire.error(ev[2], ev[3]))
+        if not self._waiters and self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+
+    def _waiter_done(self, wid: str, fut: asyncio.Future[Lease]) -> None:
+        if fut.cancelled() and self._waiters.pop(wid, None) is not None:
+            self._cancel(wid)
+
+    def _cancel(self, wid: str) -> None:
+        """Out of the queue; a lease a pump already granted it is released (R-POOL-9)."""
+        self._remember(wid)
+        self._submit(Job("cancel", [wid], self._cancelled))
+
+    def _cancelled(self, out: Any) -> None:
+        if out[0] == "granted":
+            lease = Lease(int(out[1]), out[2], out[3], "", bool(out[4]))
+            self._held[lease.request_id] = (lease, str(out[5]))
+            self.release(lease)
+
+    def _remember(self, wid: str) -> None:
+        self._early.pop(wid, None)
+        self._recent[wid] = None
+        if len(self._recent) > RECENT:
+            self._recent.popitem(last=False)
+
+    def _health_done(self, out: Any) -> None:
+        if out and self.on_health_change is not None:
+            self.on_health_change()
+
+    def _expired(self, left_ms: Any) -> None:
+        if self._waiters and isinstance(left_ms, (int, float)) and left_ms >= 0:
+            self._arm_expiry(left_ms / 1000.0)
+
+    def _health_info(self, info: list[Any]) -> None:
+        """One log line per change of a provider's health (R-HEALTH-4)."""
+        kind, pid, before, ms, reason = info
+        if kind == "ejected":
+            self._ejected_until[pid] = self._clock() + float(ms) / 1000.0
+            self._ejections[pid] = self._ejections.get(pid, 0) + 1
+            health_log.warning(
+                "provider %s: %s -> ejected for %.0f s: %s", pid, before, ms / 1000, reason
+            )
+        elif kind == "probing":
+            self._ejected_until.pop(pid, None)
+            health_log.info("provider %s: ejected -> probing: one trial request", pid)
+        else:
+            self._ejected_until.pop(pid, None)
+            health_log.info("provider %s: %s -> healthy (%s)", pid, before, reason)
+
+    def _viewed(self, out: Any) -> None:
+        self._view = wire.snapshot(out)
+        self._view_at = self._clock()
+        self._owners = {o: int(n) for o, n in wire.items(out["owners"])}
+        now = self._clock()
+        rows = self._view.providers
+        ejected = {r.provider_id: now + r.ejected_for_s for r in rows if r.health == "ejected"}
+        changed = ejected.keys() != self._ejected_until.keys()
+        self._ejected_until = ejected
+        if changed and self.on_health_change is not None:
+            self.on_health_change()
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _apply_job(self, policy: PoolPolicy) -> Job:
+        def done(out: Any) -> None:
+            if out == "stale":
+                log.info("pool policy version %d not installed: Redis has a newer one",
+                         policy.version)  # fmt: skip
+            if self.on_health_change is not None:
+                self.on_health_change()
+
+        return Job("apply", [wire.policy_json(policy)], done)
+
+    def renew(self) -> None:
+        """Re-assert this Edge's leases, Nodes and id now (the ticker does it every TTL/3)."""
+        background.renew(self)
+
+    def sweep(self) -> None:
+        """Expire what nobody renewed and end ejections now (every Edge does it every TTL/3)."""
+        background.sweep(self)
+
+    def _refresh_view(self) -> None:
+        if (
+            self._background
+            and self._kick is not None
+            and "snapshot" not in self._pending
+            and self._clock() - self._view_at >= VIEW_MAX_AGE_S
+            and not self._down
+        ):
+            self._pending.add("snapshot")
+            self._submit(Job("snapshot", [], self._periodic("snapshot", self._viewed)))
+
+    def _periodic(self, name: str, then: Callable[[Any], None]) -> Callable[[Any], None]:
+        def done(out: Any) -> None:
+            self._pending.discard(name)
+            then(out)
+
+        return done
+
+    def _arm_expiry(self, delay: float | None = None) -> None:
+        """One timer at this Edge's oldest waiter's deadline; the script decides on Redis
+        time, and answers how long is left when the two clocks disagree."""
+        timeout = self._policy.queue_timeout_ms / 1000.0
+        if not self._background or not self._waiters or not timeout:
+            return
+        if delay is None:
+            oldest = min(w.since for w in self._waiters.values())
+            delay = max(0.0, oldest + timeout - self._clock())
+        if self._expiry is not None:
+            self._expiry.cancel()
+        loop = asyncio.get_running_loop()
+        self._expiry = loop.call_later(max(delay, 0.005), self.expire)
+
+    def _args(self, extra: list[str]) -> list[str]:
+        now = "" if self.time_override is None else str(self.time_override())
+        return [self._prefix, self._edge, str(round(self._ttl_s * 1000)), now, *extra]
+
+    async def _call(self, name: str, extra: list[str]) -> Any:
+        assert self._redis is not None
+        raw = await self._scripts[name](args=self._args(extra))
+        res = json.loads(raw)
+        epoch = res["e"]
+        if self._epoch is None:
+            self._epoch = epoch
+        elif epoch != self._epoch:
+            self._epoch = epoch
+            background.lost_data(self)
+        for info in wire.items(res["info"]):
+            self._health_info(info)
+        for ev in wire.items(res["ev"]):
+            self._fate(ev)
+        return res["r"]
+
+    def _submit(self, job: Job) -> None:
+        self._jobs.append(job)
+        if self._kick is not None:
+            self._kick.set()
