@@ -135,6 +135,7 @@ class RedisPool:
                 log.warning("stopping with pool updates not sent; their leases expire by TTL")
         await background.stop_tasks(self)
         await self._redis.aclose()
+        self._redis = None
 
     async def flush(self) -> None:
         """Return once every call made so far reached Redis and its answer was handled."""

@@ -166,3 +166,15 @@ def own_redis(directory: Path) -> Iterator[OwnRedis]:
         yield server
     finally:
         server.kill()
+
+
+async def crash(pool: RedisPool) -> None:
+    """The Edge process dies: nothing more reaches Redis (no release, no renewal)."""
+    from pool.engine_redis import background
+
+    await background.stop_ticker(pool)
+    await background.stop_tasks(pool)
+    pool._jobs.clear()
+    if pool._redis is not None:
+        await pool._redis.aclose()
+    pool._redis = None  # aclose() has nothing left to do
