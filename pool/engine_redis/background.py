@@ -145,7 +145,7 @@ async def write(pool: RedisPool) -> None:
             except CONNECTION_ERRORS as exc:
                 await _outage(pool, exc)
                 continue
-            except redis_errors.ResponseError:
+            except Exception:  # a script error or a bug: this job fails, the writer goes on
                 log.exception("pool script %s failed", job.script)
                 skip = True
                 if job.acquire is not None and not job.acquire.done():

@@ -12,7 +12,10 @@ elseif op == 'refused' then
   if not mine then return result(0) end
   redis.call('HSET', k('node', nid), 'refused', refused)
 else
-  if not mine then return result(0) end
+  -- gone: a connection of this Edge at or after the ready one ended
+  if not (cur and cur.edge == EDGE and tonumber(cur.gen) <= tonumber(gen)) then
+    return result(0)
+  end
   redis.call('DEL', k('node', nid)) -- leases stay counted until their runs release them
 end
 changed()
