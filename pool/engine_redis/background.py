@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 from collections import deque
@@ -32,6 +33,7 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
 )
 RETRY_S = 0.25  # how often an unreachable Redis is tried again
+BATCH = 64  # jobs sent in one pipeline: concurrent requests of one Edge share a round trip
 
 
 @dataclass(slots=True)
@@ -129,34 +131,41 @@ async def tick(pool: RedisPool) -> None:
 
 
 async def write(pool: RedisPool) -> None:
-    """The one writer: jobs reach Redis in call order; an outage keeps them for later."""
+    """The one writer: jobs reach Redis in call order, up to ``BATCH`` per round trip (one
+    pipeline); an outage keeps them for later."""
     assert pool._kick is not None
     while True:
         if not pool._jobs:
             pool._kick.clear()
             await pool._kick.wait()
             continue
-        job = pool._jobs[0]
-        skip = job.acquire is not None and job.acquire.done()  # its caller went away
-        out: Any = None
-        if job.script and not skip:
-            try:
-                out = await pool._call(job.script, job.args)
-            except CONNECTION_ERRORS as exc:
-                await _outage(pool, exc)
-                continue
-            except Exception:  # a script error or a bug: this job fails, the writer goes on
-                log.exception("pool script %s failed", job.script)
-                skip = True
-                if job.acquire is not None and not job.acquire.done():
-                    job.acquire.set_exception(PoolBackendUnavailable())
-        if pool._jobs and pool._jobs[0] is job:
-            pool._jobs.popleft()
-        if job.done is not None and not skip:
-            try:
-                job.done(out)
-            except Exception:
-                log.exception("handling the answer of pool script %s failed", job.script)
+        batch = list(itertools.islice(pool._jobs, BATCH))
+        sent = [j for j in batch if j.script and not (j.acquire and j.acquire.done())]
+        try:
+            raws = await pool._send(sent)
+        except CONNECTION_ERRORS as exc:
+            await _outage(pool, exc)
+            continue
+        answers = {id(job): raw for job, raw in zip(sent, raws, strict=True)}
+        for job in batch:
+            if pool._jobs and pool._jobs[0] is job:
+                pool._jobs.popleft()
+            out: Any = None
+            if job.script:
+                if id(job) not in answers:
+                    continue  # an admission whose caller went away before it was sent
+                try:
+                    out = pool._answer(answers[id(job)])
+                except Exception:  # a script error or a bug: this job fails, the writer goes on
+                    log.exception("pool script %s failed", job.script)
+                    if job.acquire is not None and not job.acquire.done():
+                        job.acquire.set_exception(PoolBackendUnavailable())
+                    continue
+            if job.done is not None:
+                try:
+                    job.done(out)
+                except Exception:
+                    log.exception("handling the answer of pool script %s failed", job.script)
 
 
 async def _outage(pool: RedisPool, exc: BaseException) -> None:

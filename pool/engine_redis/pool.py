@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
 from pool.engine.errors import PoolBackendUnavailable
@@ -212,6 +213,10 @@ class RedisPool:
     def wake(self) -> int:
         """Let providers whose ejection is over take a trial (any Edge may; the sweep does it
         too). The count is not known synchronously: returns 0."""
+        now = self._clock()
+        for pid, until in list(self._ejected_until.items()):
+            if until <= now:  # being woken: the health timer must not fire again for it
+                del self._ejected_until[pid]
         self._submit(Job("health", ["wake"], self._health_done))
         return 0
 
@@ -461,7 +466,27 @@ class RedisPool:
 
     async def _call(self, name: str, extra: list[str]) -> Any:
         assert self._redis is not None
-        raw = await self._scripts[name](args=self._args(extra))
+        return self._answer(await self._scripts[name](args=self._args(extra)))
+
+    async def _send(self, jobs: list[Job]) -> list[Any]:
+        """Run ``jobs``' scripts in order in one round trip; a script's error is its answer."""
+        assert self._redis is not None
+        if len(jobs) == 1:
+            try:
+                return [await self._scripts[jobs[0].script](args=self._args(jobs[0].args))]
+            except redis_errors.ResponseError as exc:
+                return [exc]
+        if not jobs:
+            return []
+        pipe = self._redis.pipeline(transaction=False)
+        for job in jobs:
+            await self._scripts[job.script](args=self._args(job.args), client=pipe)
+        return list(await pipe.execute(raise_on_error=False))
+
+    def _answer(self, raw: Any) -> Any:
+        """Handle one script's result: epoch, health log lines, waiter fates; its own part."""
+        if isinstance(raw, Exception):
+            raise raw
         res = json.loads(raw)
         epoch = res["e"]
         if self._epoch is None:
