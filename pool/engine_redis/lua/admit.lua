@@ -20,8 +20,12 @@ end
 if owner ~= '' and share ~= '' and num(redis.call('HGET', k('owners'), owner)) >= tonumber(share) then
   return result({'error', 'queue_full', 'this token already holds its share of the queue'})
 end
-redis.call('ZADD', k('queue'), S(redis.call('INCR', k('seq'))), id)
-redis.call('HSET', k('w', id), 'edge', EDGE, 'model', model, 'needs', ARGV[6],
-  'long', long and '1' or '0', 'excl', ARGV[10], 'owner', owner, 'enq_ms', S(NOW))
+local seq = S(redis.call('INCR', k('seq')))
+local cls, def = class_of(model, ARGV[6], long, ARGV[10])
+redis.call('ZADD', k('queue'), seq, id)
+redis.call('ZADD', k('wq', cls), seq, id)
+redis.call('HSET', k('classes'), cls, def)
+redis.call('HSET', k('w', id), 'edge', EDGE, 'model', model, 'long', long and '1' or '0',
+  'owner', owner, 'enq_ms', S(NOW), 'cls', cls)
 if owner ~= '' then redis.call('HINCRBY', k('owners'), owner, 1) end
 return result({'queued', id})

@@ -7,13 +7,12 @@ table.sort(pids, function(x, y)
   return lt(x, y)
 end)
 local queued = {}
-local ids = redis.call('ZRANGE', k('queue'), 0, -1)
-for _, wid in ipairs(ids) do
-  local w = waiter(wid)
-  if w then
-    for _, pid in ipairs(cands_of(w)) do queued[pid] = (queued[pid] or 0) + 1 end
-  end
+for _, c in ipairs(classes()) do
+  local n = redis.call('ZCARD', k('wq', c.id))
+  for _, pid in ipairs(c.cands) do queued[pid] = (queued[pid] or 0) + n end
 end
+local ids = redis.call('ZRANGE', k('queue'), 0, 0)
+local depth = redis.call('ZCARD', k('queue'))
 local rows = {}
 for _, pid in ipairs(pids) do
   local p, r = prov(pid), row(k('prov', pid))
@@ -34,4 +33,4 @@ end
 local owners = {}
 local flat = redis.call('HGETALL', k('owners'))
 for i = 1, #flat, 2 do owners[#owners + 1] = {flat[i], tonumber(flat[i + 1])} end
-return result({rows = rows, depth = #ids, oldest_ms = oldest, owners = owners})
+return result({rows = rows, depth = depth, oldest_ms = oldest, owners = owners})
