@@ -225,6 +225,30 @@ async def concurrent(pools: list[PoolEngine], models: list[str], clients: int, s
     return done / (time.perf_counter() - t0)
 
 
+async def deep_queue(edge: PoolEngine, policy: PoolPolicy) -> list[asyncio.Task[None]]:
+    """A full one-provider group and 1000 waiters for it in the shared queue."""
+    edge.apply(
+        PoolPolicy(
+            (*policy.providers, PoolProvider("node-busy", "busy", 1, 0, 0, True, CHAT)),
+            {**policy.groups, "busy": ("busy",)},
+            max_queue=2000,
+            queue_timeout_ms=policy.queue_timeout_ms,
+        )
+    )
+    edge.node_ready("node-busy", 1)
+    await edge.acquire("busy", CHAT)
+
+    async def wait() -> None:
+        await edge.acquire("busy", CHAT)
+
+    tasks = [asyncio.create_task(wait()) for _ in range(1000)]
+    for _ in range(1000):
+        if (await edge.fetch_snapshot()).queue_depth == 1000:  # type: ignore[attr-defined]
+            return tasks
+        await asyncio.sleep(0.01)
+    raise RuntimeError("waiters did not reach the queue")
+
+
 async def redis_section(runs: int = 5, rounds: int = 400) -> None:
     """The Redis engine (several Edges, docs/pool.md) against the in-memory one."""
     import secrets
@@ -235,7 +259,8 @@ async def redis_section(runs: int = 5, rounds: int = 400) -> None:
 
     print("\nRedis engine (several Edges): one admit + release round trip per request, the")
     print(f"release written to Redis; median of {runs} runs of {rounds} (10 providers, group of")
-    print("10, capacity 4); throughput: 16 concurrent clients per Edge\n")
+    print("10, capacity 4); throughput: 16 concurrent clients per Edge; the last row with 1000")
+    print("waiters of another (full) model in the one queue\n")
     try:
         redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
     except redis.ConnectionError:
@@ -262,8 +287,13 @@ async def redis_section(runs: int = 5, rounds: int = 400) -> None:
             ("in memory", 1, memory, [memory]),
             ("Redis", 1, edges[0], [edges[0]]),
             ("Redis", 2, edges[0], list(edges)),
+            ("Redis, 1000 queued", 2, edges[0], list(edges)),
         ]
+        parked: list[asyncio.Task[None]] = []
         for name, count, pool, pools in rows:
+            if name.endswith("queued"):
+                # 1000 waiters of another model sit in the one queue from here on
+                parked = await deep_queue(edges[1], policy)
             median = statistics.median(
                 [await round_trips(pool, models, rounds) for _ in range(runs)]
             )
@@ -271,6 +301,7 @@ async def redis_section(runs: int = 5, rounds: int = 400) -> None:
             for edge in edges:
                 await edge.flush()
             print(f"| {name} | {count} | {median:,.1f} | {rate:,.0f} |", flush=True)
+        await unpark(parked)
     finally:
         for edge in edges:
             await edge.aclose()
