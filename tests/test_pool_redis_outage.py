@@ -133,3 +133,75 @@ async def test_r_scale_3_unreachable_redis_is_a_503_at_once_and_data_loss_never_
             a.release(held)
             lease = await asyncio.wait_for(task, 10)
             b.release(lease)
+
+
+@needs_redis
+async def test_r_pool_5_a_grant_whose_message_is_lost_is_found_at_the_next_renewal() -> None:
+    """B does not hear A's PUBLISH (its listener is gone): B's renewal reads the waiter's
+    hash and the waiter still gets its lease."""
+    async with edges() as group:
+        pol = policy(prov("p1", cap=1))
+        a = await group.start(pol, "edge-a", ttl=TTL)
+        b = await group.start(pol, "edge-b", ttl=TTL)
+        a.node_ready("n1", 1)
+        held = await a.acquire("m")
+        waiting = asyncio.create_task(b.acquire("m"))
+        await queued(a, 1)
+        listener = next(t for t in b._tasks if t.get_name() == "pool-listener")
+        listener.cancel()
+        a.release(held)
+        lease = await asyncio.wait_for(waiting, 10)
+        assert lease.provider_id == "p1"
+        b.release(lease)
+
+
+@needs_redis
+async def test_r_health_2_an_ejection_ends_by_the_sweep_when_the_ejecting_edge_died() -> None:
+    """A ejected p1 and died before its health timer fired: B's sweep starts p1's trial."""
+    async with edges() as group:
+        pol = policy(prov("p1", cap=2))
+        a = await group.start(pol, "edge-a", ttl=TTL)
+        b = await group.start(pol, "edge-b", ttl=TTL)
+        b.node_ready("n1", 1)
+        lease = await a.acquire("m")
+        a.failed(lease, "upstream answered HTTP 429", retry_after_s=1.0)
+        a.release(lease)
+        await a.flush()
+        await crash(a)
+        with pytest.raises(Unavailable, match="ejected"):
+            await b.acquire("m")
+        for _ in range(200):
+            if (await b.fetch_snapshot()).providers[0].health == "probing":
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("p1 never got its trial")
+        trial = await b.acquire("m")
+        waiting = asyncio.create_task(b.acquire("m"))  # one trial at a time (R-HEALTH-2)
+        await queued(b, 1)
+        b.succeeded(trial)
+        b.release(trial)
+        second = await asyncio.wait_for(waiting, 10)
+        assert (await b.fetch_snapshot()).providers[0].health == "healthy"
+        b.release(second)
+
+
+@needs_redis
+async def test_r_tls_3_a_provider_its_node_refuses_is_offline_with_the_reason() -> None:
+    async with edges() as group:
+        pol = policy(prov("p1"), prov("p2"))
+        a = await group.start(pol, "edge-a", ttl=TTL)
+        b = await group.start(pol, "edge-b", ttl=TTL)
+        a.node_ready("n1", 1, {"p1": "tls verification is off"})
+        lease = await b.acquire("m")
+        assert lease.provider_id == "p2"
+        a.node_refused("n1", 1, {"p1": "tls verification is off", "p2": "no route"})
+        await a.flush()
+        snap = await b.fetch_snapshot()
+        assert [(r.online, r.unavailable) for r in snap.providers] == [
+            (False, "tls verification is off"),
+            (False, "no route"),
+        ]
+        with pytest.raises(Unavailable):
+            await b.acquire("m")
+        b.release(lease)
