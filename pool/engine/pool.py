@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from .core import PoolCore
 from .errors import PoolError
 from .model import Lease, PoolPolicy, PoolSnapshot
 from .state import Waiter
+
+if TYPE_CHECKING:
+    from .interface import PoolEngine
 
 
 class _FutureSink:
@@ -186,3 +190,9 @@ class ProviderPool:
         self._timer_at = None
         self._core.expire(self._clock())
         self._arm()
+
+
+if TYPE_CHECKING:
+
+    def _is_an_engine(pool: ProviderPool) -> PoolEngine:
+        return pool  # mypy checks that ProviderPool satisfies the PoolEngine Protocol

@@ -11,19 +11,23 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import secrets
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
 from pool.engine.errors import PoolBackendUnavailable
 from pool.engine.model import Lease, PoolPolicy, PoolSnapshot
+
+if TYPE_CHECKING:
+    from pool.engine.interface import PoolEngine
 
 from . import background, scripts, wire
 from .background import CONNECTION_ERRORS, Job
@@ -32,6 +36,7 @@ log = logging.getLogger("iop.pool.redis")
 health_log = logging.getLogger("iop.pool.health")
 
 STOP_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *CONNECTION_ERRORS)
+EDGE_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # docs/pool.md, "Redis engine"
 VIEW_MAX_AGE_S = 0.25  # snapshot()/queued_by() answer from figures at most this old
 RECENT = 4096  # waiter ids remembered after their fate, so a late duplicate is ignored
 
@@ -63,6 +68,10 @@ class RedisPool:
     ) -> None:
         if lease_ttl_s <= 0:
             raise ValueError("lease_ttl_s must be > 0")
+        if not EDGE_ID.fullmatch(edge_id):
+            raise ValueError("the Edge id must match [A-Za-z0-9_.-]{1,64}")
+        if not prefix or any(c.isspace() for c in prefix):
+            raise ValueError("the Redis key prefix must be non-empty, without spaces")
         self._policy = policy
         self._url = redis_url
         self._prefix = prefix
@@ -504,3 +513,9 @@ class RedisPool:
         self._jobs.append(job)
         if self._kick is not None:
             self._kick.set()
+
+
+if TYPE_CHECKING:
+
+    def _is_an_engine(pool: RedisPool) -> PoolEngine:
+        return pool  # mypy checks that RedisPool satisfies the PoolEngine Protocol
