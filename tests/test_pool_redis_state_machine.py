@@ -98,6 +98,7 @@ class RedisPoolMachine(base.PoolMachine):
             redis_url=REDIS_URL,
             prefix=self.prefix,
             edge_id="edge-a",
+            lease_ttl_s=3600.0,  # the machine renews nothing: its Edge stays alive meanwhile
             background=False,  # the machine fires every timer itself
         )
         self.pool.time_override = lambda: BASE_MS + round(self.now * 1000)

@@ -180,6 +180,14 @@ local function class_of(model, needs_json, long, excl_json)
   return redis.sha1hex(def), def
 end
 
+local ALIVE = {}
+local function edge_alive(edge)
+  if ALIVE[edge] == nil then
+    ALIVE[edge] = edge == EDGE or redis.call('EXISTS', k('alive', edge)) == 1
+  end
+  return ALIVE[edge]
+end
+
 local function notify(edge, msg)
   if edge == EDGE then
     EV[#EV + 1] = msg
@@ -303,7 +311,14 @@ local function pump(seeds)
     local pid, p, r = select(c.cands, c.long)
     if pid then
       local w = waiter(bid)
-      if w then grant(bid, w, pid, p, r) else redis.call('ZREM', k('wq', c.id), bid) end
+      if not w then
+        redis.call('ZREM', k('wq', c.id), bid)
+      elseif not edge_alive(w.edge) then
+        dequeue(bid, w) -- its Edge is gone: nobody would take or renew the lease
+        redis.call('DEL', k('w', bid))
+      else
+        grant(bid, w, pid, p, r)
+      end
     else
       table.remove(open, bi)
     end

@@ -4,14 +4,12 @@ local seeds, expired, dropped = {}, 0, 0
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', k('leases'), '-inf', S(NOW))) do
   if drop_lease(id, seeds) then expired = expired + 1 end
 end
-local alive = {}
 for _, wid in ipairs(redis.call('ZRANGE', k('queue'), 0, -1)) do
   local w = waiter(wid)
   if not w then
     redis.call('ZREM', k('queue'), wid)
   else
-    if alive[w.edge] == nil then alive[w.edge] = redis.call('EXISTS', k('alive', w.edge)) == 1 end
-    if not alive[w.edge] then
+    if not edge_alive(w.edge) then
       dequeue(wid, w)
       redis.call('DEL', k('w', wid))
       dropped = dropped + 1
