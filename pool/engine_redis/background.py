@@ -10,17 +10,15 @@ import itertools
 import json
 import logging
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from redis import exceptions as redis_errors
 
 from pool.engine.errors import PoolBackendUnavailable
-from pool.engine.model import Lease
 
-from . import wire
+from . import answers, wire
+from .jobs import Job
 
 if TYPE_CHECKING:
     from .pool import RedisPool
@@ -34,16 +32,6 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 )
 RETRY_S = 0.25  # how often an unreachable Redis is tried again
 BATCH = 64  # jobs sent in one pipeline: concurrent requests of one Edge share a round trip
-
-
-@dataclass(slots=True)
-class Job:
-    """One call for the writer; ``script`` "" is a barrier (nothing to run)."""
-
-    script: str
-    args: list[str]
-    done: Callable[[Any], None] | None = None
-    acquire: asyncio.Future[Lease] | None = None  # an admission fails at once on an outage
 
 
 async def start_tasks(pool: RedisPool) -> None:
@@ -187,7 +175,7 @@ async def _outage(pool: RedisPool, exc: BaseException) -> None:
         del pool._waiters[wid]
         if not w.fut.done():
             w.fut.set_exception(PoolBackendUnavailable())
-        pool._cancel(wid)  # its queue entry goes once Redis is back
+        answers.cancel(pool, wid)  # its queue entry goes once Redis is back
     pool._pending.clear()
     assert pool._redis is not None
     while True:
@@ -214,7 +202,7 @@ async def listen(pool: RedisPool) -> None:
                 if msg["type"] == "subscribe":
                     pool._subscribed.set()
                 elif msg["type"] == "message":
-                    pool._fate(json.loads(msg["data"]))
+                    answers.fate(pool, json.loads(msg["data"]))
         except CONNECTION_ERRORS:
             await asyncio.sleep(RETRY_S)
             if pool._subscribed.is_set() and pool._waiters:

@@ -16,7 +16,6 @@ import secrets
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -29,27 +28,20 @@ from pool.engine.model import Lease, PoolPolicy, PoolSnapshot
 if TYPE_CHECKING:
     from pool.engine.interface import PoolEngine
 
-from . import background, scripts, wire
-from .background import CONNECTION_ERRORS, Job
+from . import answers, background, scripts, wire
+from .answers import Waiting
+from .background import CONNECTION_ERRORS
+from .jobs import Job
 
 log = logging.getLogger("iop.pool.redis")
-health_log = logging.getLogger("iop.pool.health")
 
 STOP_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *CONNECTION_ERRORS)
 EDGE_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # docs/pool.md, "Redis engine"
 VIEW_MAX_AGE_S = 0.25  # snapshot()/queued_by() answer from figures at most this old
-RECENT = 4096  # waiter ids remembered after their fate, so a late duplicate is ignored
 
 
 class EdgeIdInUse(RuntimeError):
     """Another live Edge holds this Edge id (its ``{P}:alive:{id}`` key)."""
-
-
-@dataclass(slots=True)
-class _Waiting:
-    fut: asyncio.Future[Lease]
-    model: str
-    since: float  # this Edge's clock
 
 
 class RedisPool:
@@ -87,7 +79,7 @@ class RedisPool:
         self._down = False
         self._epoch: str | None = None
         self._held: dict[int, tuple[Lease, str]] = {}  # lease id -> (lease, epoch granted in)
-        self._waiters: dict[str, _Waiting] = {}
+        self._waiters: dict[str, Waiting] = {}
         self._recent: OrderedDict[str, None] = OrderedDict()  # settled or cancelled waiters
         self._early: dict[str, list[Any]] = {}  # fates that came before their admit answer
         self._ready: dict[str, int] = {}  # node -> ready generation here (R-NODE-1)
@@ -185,7 +177,7 @@ class RedisPool:
             share,
             json.dumps(sorted(exclude)),
         ]
-        self._submit(Job("admit", args, partial(self._admitted, fut, model, long), fut))
+        self._submit(Job("admit", args, partial(answers.admitted, self, fut, model, long), fut))
         try:
             return await fut
         except asyncio.CancelledError:
@@ -206,18 +198,18 @@ class RedisPool:
     def succeeded(self, lease: Lease) -> None:
         """The lease's upstream answered (R-HEALTH-2); call before ``release``."""
         args = ["ok", str(lease.request_id), lease.node_id, lease.provider_id]
-        self._submit(Job("health", args, self._health_done))
+        self._submit(Job("health", args, partial(answers.health_done, self)))
 
     def failed(self, lease: Lease, reason: str, retry_after_s: float | None = None) -> None:
         """The lease's run failed before its first byte (R-HEALTH-2); call before ``release``."""
         retry = "" if retry_after_s is None else str(max(0, round(retry_after_s * 1000)))
         args = ["fail", str(lease.request_id), lease.node_id, lease.provider_id, reason, retry]
-        self._submit(Job("health", args, self._health_done))
+        self._submit(Job("health", args, partial(answers.health_done, self)))
 
     def probed(self, node_id: str, provider_id: str, ok: bool, reason: str = "") -> None:
         """An active probe's verdict from the provider's Node (R-HEALTH-3)."""
         args = ["probe", node_id, provider_id, "1" if ok else "0", reason]
-        self._submit(Job("health", args, self._health_done))
+        self._submit(Job("health", args, partial(answers.health_done, self)))
 
     def wake(self) -> int:
         """Let providers whose ejection is over take a trial (any Edge may; the sweep does it
@@ -226,7 +218,7 @@ class RedisPool:
         for pid, until in list(self._ejected_until.items()):
             if until <= now:  # being woken: the health timer must not fire again for it
                 del self._ejected_until[pid]
-        self._submit(Job("health", ["wake"], self._health_done))
+        self._submit(Job("health", ["wake"], partial(answers.health_done, self)))
         return 0
 
     def next_wake(self) -> float | None:
@@ -282,7 +274,7 @@ class RedisPool:
 
     def expire(self) -> int:
         """Time out overdue waiters now (of every Edge); the count is not known at once: 0."""
-        self._submit(Job("expire", [], self._expired))
+        self._submit(Job("expire", [], partial(answers.expired, self)))
         return 0
 
     # --- views ----------------------------------------------------------------------------
@@ -306,116 +298,12 @@ class RedisPool:
         fut: asyncio.Future[PoolSnapshot] = asyncio.get_running_loop().create_future()
 
         def done(out: Any) -> None:
-            self._viewed(out)
+            answers.viewed(self, out)
             if not fut.done():
                 fut.set_result(self._view)
 
         self._submit(Job("snapshot", [], done))
         return await fut
-
-    # --- script answers -------------------------------------------------------------------
-
-    def _admitted(self, fut: asyncio.Future[Lease], model: str, long: bool, out: Any) -> None:
-        kind = out[0]
-        if kind == "lease":
-            lease = Lease(int(out[1]), out[2], out[3], model, long)
-            self._held[lease.request_id] = (lease, self._epoch or "")
-            if fut.done():
-                self.release(lease)  # the caller went away while the admit was on its way
-            else:
-                fut.set_result(lease)
-        elif kind == "queued":
-            wid = out[1]
-            if fut.done():
-                self._cancel(wid)
-                return
-            self._waiters[wid] = _Waiting(fut, model, self._clock())
-            fut.add_done_callback(partial(self._waiter_done, wid))
-            early = self._early.pop(wid, None)
-            if early is not None:
-                self._fate(early)
-            self._arm_expiry()
-        elif not fut.done():
-            fut.set_exception(wire.error(out[1], out[2]))
-
-    def _fate(self, ev: list[Any]) -> None:
-        """A waiter of this Edge was granted (``g``) or failed (``f``)."""
-        wid = str(ev[1])
-        w = self._waiters.pop(wid, None)
-        if w is None:
-            if wid not in self._recent and len(self._early) < RECENT:
-                self._early[wid] = ev  # its admit answer is still on its way
-            return
-        self._remember(wid)
-        if ev[0] == "g":
-            lease = Lease(int(wid), ev[2], ev[3], w.model, bool(ev[4]))
-            self._held[lease.request_id] = (lease, str(ev[5]))
-            if w.fut.done():
-                self.release(lease)
-            else:
-                w.fut.set_result(lease)
-        elif not w.fut.done():
-            w.fut.set_exception(wire.error(ev[2], ev[3]))
-        if not self._waiters and self._expiry is not None:
-            self._expiry.cancel()
-            self._expiry = None
-
-    def _waiter_done(self, wid: str, fut: asyncio.Future[Lease]) -> None:
-        if fut.cancelled() and self._waiters.pop(wid, None) is not None:
-            self._cancel(wid)
-
-    def _cancel(self, wid: str) -> None:
-        """Out of the queue; a lease a pump already granted it is released (R-POOL-9)."""
-        self._remember(wid)
-        self._submit(Job("cancel", [wid], self._cancelled))
-
-    def _cancelled(self, out: Any) -> None:
-        if out[0] == "granted":
-            lease = Lease(int(out[1]), out[2], out[3], "", bool(out[4]))
-            self._held[lease.request_id] = (lease, str(out[5]))
-            self.release(lease)
-
-    def _remember(self, wid: str) -> None:
-        self._early.pop(wid, None)
-        self._recent[wid] = None
-        if len(self._recent) > RECENT:
-            self._recent.popitem(last=False)
-
-    def _health_done(self, out: Any) -> None:
-        if out and self.on_health_change is not None:
-            self.on_health_change()
-
-    def _expired(self, left_ms: Any) -> None:
-        if self._waiters and isinstance(left_ms, (int, float)) and left_ms >= 0:
-            self._arm_expiry(left_ms / 1000.0)
-
-    def _health_info(self, info: list[Any]) -> None:
-        """One log line per change of a provider's health (R-HEALTH-4)."""
-        kind, pid, before, ms, reason = info
-        if kind == "ejected":
-            self._ejected_until[pid] = self._clock() + float(ms) / 1000.0
-            self._ejections[pid] = self._ejections.get(pid, 0) + 1
-            health_log.warning(
-                "provider %s: %s -> ejected for %.0f s: %s", pid, before, ms / 1000, reason
-            )
-        elif kind == "probing":
-            self._ejected_until.pop(pid, None)
-            health_log.info("provider %s: ejected -> probing: one trial request", pid)
-        else:
-            self._ejected_until.pop(pid, None)
-            health_log.info("provider %s: %s -> healthy (%s)", pid, before, reason)
-
-    def _viewed(self, out: Any) -> None:
-        self._view = wire.snapshot(out)
-        self._view_at = self._clock()
-        self._owners = {o: int(n) for o, n in wire.items(out["owners"])}
-        now = self._clock()
-        rows = self._view.providers
-        ejected = {r.provider_id: now + r.ejected_for_s for r in rows if r.health == "ejected"}
-        changed = ejected.keys() != self._ejected_until.keys()
-        self._ejected_until = ejected
-        if changed and self.on_health_change is not None:
-            self.on_health_change()
 
     # --- internals ------------------------------------------------------------------------
 
@@ -446,7 +334,9 @@ class RedisPool:
             and not self._down
         ):
             self._pending.add("snapshot")
-            self._submit(Job("snapshot", [], self._periodic("snapshot", self._viewed)))
+            self._submit(
+                Job("snapshot", [], self._periodic("snapshot", partial(answers.viewed, self)))
+            )
 
     def _periodic(self, name: str, then: Callable[[Any], None]) -> Callable[[Any], None]:
         def done(out: Any) -> None:
@@ -504,9 +394,9 @@ class RedisPool:
             self._epoch = epoch
             background.lost_data(self)
         for info in wire.items(res["info"]):
-            self._health_info(info)
+            answers.health_info(self, info)
         for ev in wire.items(res["ev"]):
-            self._fate(ev)
+            answers.fate(self, ev)
         return res["r"]
 
     def _submit(self, job: Job) -> None:

@@ -1,5 +1,6 @@
-"""The pool's Lua scripts: ``lua/lib.lua`` (shared prelude) + one body per operation, loaded
-once per client with ``register_script`` (EVALSHA, reloaded by redis-py after a restart)."""
+"""The pool's Lua scripts: the shared prelude (``lua/lib*.lua``) + one body per operation,
+loaded once per client with ``register_script`` (EVALSHA, reloaded by redis-py after a
+restart)."""
 
 from __future__ import annotations
 
@@ -21,12 +22,14 @@ NAMES = (
     "snapshot",
     "start",
 )
+PRELUDE = ("lib.lua", "lib_queue.lua", "lib_health.lua")
 _DIR = Path(__file__).resolve().parent / "lua"
 
 
 def source(name: str) -> str:
     """The full text of one script: the prelude, then its body."""
-    return (_DIR / "lib.lua").read_text() + "\n" + (_DIR / f"{name}.lua").read_text()
+    parts = (*PRELUDE, f"{name}.lua")
+    return "\n".join((_DIR / part).read_text() for part in parts)
 
 
 def register(client: Redis) -> dict[str, AsyncScript]:
