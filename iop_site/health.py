@@ -11,13 +11,13 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from pool.engine import ProviderPool
+from pool.engine import PoolEngine
 
 
 class HealthWatch:
     """One per Edge runtime; every method runs on the event loop's thread."""
 
-    def __init__(self, pool: ProviderPool, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, pool: PoolEngine, clock: Callable[[], float] = time.monotonic) -> None:
         self._pool = pool
         self._clock = clock
         self._handle: asyncio.TimerHandle | None = None

@@ -18,7 +18,7 @@ from edgekit.loop_lag import INTERVAL_S, LoopLagSampler
 from edgekit.running import ApplyOutcome
 from iop_site.health import HealthWatch
 from nodes.hub import NodeHub
-from pool.engine import ProviderPool
+from pool.engine import PoolEngine, ProviderPool
 from pool.gate.counters import GateCounts
 from pool.metering import UsageMeter
 from pool.policy import policy_from_snapshot
@@ -38,7 +38,7 @@ class EdgeRuntime:
     ) -> None:
         self._snapshot = snapshot
         self.started_at = time.time()
-        self.pool = ProviderPool(policy_from_snapshot(snapshot), clock=clock)
+        self.pool: PoolEngine = ProviderPool(policy_from_snapshot(snapshot), clock=clock)
         self.health = HealthWatch(self.pool, clock)
         self.hub = NodeHub(
             lambda: self._snapshot,
@@ -92,4 +92,5 @@ class EdgeRuntime:
         self.health.close()
         self.loop_lag.stop()
         await self.hub.aclose()
+        await self.pool.aclose()
         await self.meter.aclose()

@@ -25,7 +25,7 @@ from nodes import wire
 from nodes.payload import compile_payload
 from nodes.runs import NodeUnavailable, RunChannel, RunOrder
 from nodes.tokens import sane_usage
-from pool.engine import Lease, ProviderPool
+from pool.engine import Lease, PoolEngine
 
 if TYPE_CHECKING:
     from nodes.remote import RunRouter
@@ -62,7 +62,7 @@ class NodeHub:
     def __init__(
         self,
         snapshot: Callable[[], EdgeSnapshot],
-        pool: ProviderPool,
+        pool: PoolEngine,
         *,
         heartbeat_interval_s: float = 15.0,
         heartbeat_timeout_s: float = 45.0,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pool.engine import HealthPolicy, Lease, PoolPolicy, PoolProvider, ProviderPool
+from pool.engine import HealthPolicy, Lease, PoolEngine, PoolPolicy, PoolProvider, ProviderPool
 
 CHAT = frozenset({"chat"})
 GROUP_SIZE = 10
@@ -46,7 +46,7 @@ def topology(
     return PoolPolicy(tuple(providers), groups, max_queue=queue, queue_timeout_ms=30_000)
 
 
-def ready(pool: ProviderPool, policy: PoolPolicy) -> None:
+def ready(pool: PoolEngine, policy: PoolPolicy) -> None:
     for node in sorted({p.node_id for p in policy.providers}):
         pool.node_ready(node, 1)
 
@@ -189,6 +189,128 @@ async def apply_cost(n: int, waiting: int, rounds: int = 21) -> float:
     return statistics.median(samples) / 1e6
 
 
+REDIS_URL = os.environ.get("IOP_BENCH_REDIS_URL") or os.environ.get(
+    "IOP_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"
+)
+
+
+async def round_trips(pool: PoolEngine, models: list[str], rounds: int) -> float:
+    """Median µs of one admit + release, the release having reached the engine's store."""
+    samples = []
+    flush = getattr(pool, "flush", None)
+    for i in range(rounds):
+        t0 = time.perf_counter_ns()
+        lease = await pool.acquire(models[i % len(models)], CHAT)
+        pool.release(lease)
+        if flush is not None:
+            await flush()
+        samples.append(time.perf_counter_ns() - t0)
+    return statistics.median(samples) / 1e3
+
+
+async def concurrent(pools: list[PoolEngine], models: list[str], clients: int, s: float) -> float:
+    """Admit + release per second with ``clients`` loops per pool for about ``s`` seconds."""
+    done = 0
+    stop = time.perf_counter() + s
+
+    async def client(pool: PoolEngine, k: int) -> None:
+        nonlocal done
+        while time.perf_counter() < stop:
+            lease = await pool.acquire(models[(done + k) % len(models)], CHAT)
+            pool.release(lease)
+            done += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client(p, k) for p in pools for k in range(clients)))
+    return done / (time.perf_counter() - t0)
+
+
+async def deep_queue(edge: PoolEngine, policy: PoolPolicy) -> list[asyncio.Task[None]]:
+    """A full one-provider group and 1000 waiters for it in the shared queue."""
+    edge.apply(
+        PoolPolicy(
+            (*policy.providers, PoolProvider("node-busy", "busy", 1, 0, 0, True, CHAT)),
+            {**policy.groups, "busy": ("busy",)},
+            max_queue=2000,
+            queue_timeout_ms=policy.queue_timeout_ms,
+        )
+    )
+    edge.node_ready("node-busy", 1)
+    await edge.acquire("busy", CHAT)
+
+    async def wait() -> None:
+        await edge.acquire("busy", CHAT)
+
+    tasks = [asyncio.create_task(wait()) for _ in range(1000)]
+    for _ in range(1000):
+        if (await edge.fetch_snapshot()).queue_depth == 1000:  # type: ignore[attr-defined]
+            return tasks
+        await asyncio.sleep(0.01)
+    raise RuntimeError("waiters did not reach the queue")
+
+
+async def redis_section(runs: int = 5, rounds: int = 400) -> None:
+    """The Redis engine (several Edges, docs/pool.md) against the in-memory one."""
+    import secrets
+
+    import redis
+
+    from pool.engine_redis import RedisPool
+
+    print("\nRedis engine (several Edges): one admit + release round trip per request, the")
+    print(f"release written to Redis; median of {runs} runs of {rounds} (10 providers, group of")
+    print("10, capacity 4); throughput: 16 concurrent clients per Edge; the last row with 1000")
+    print("waiters of another (full) model in the one queue\n")
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
+    except redis.ConnectionError:
+        print(f"(skipped: no Redis at {REDIS_URL})")
+        return
+    prefix = f"iop-bench-{secrets.token_hex(4)}"
+    client = redis.Redis.from_url(REDIS_URL)
+    client.hset(f"{prefix}:epoch", mapping={"id": "bench", "born_ms": 0})  # not recovering
+    policy = topology(10, queue=1024)
+    models = list(policy.groups)
+    memory = new_pool(policy)
+    edges = [
+        RedisPool(policy, redis_url=REDIS_URL, prefix=prefix, edge_id=f"bench-{i}")
+        for i in range(2)
+    ]
+    try:
+        for edge in edges:
+            await edge.start()
+        ready(edges[0], policy)
+        await edges[0].flush()
+        print("| engine | Edges | round trip median µs | admit+release/s (concurrent) |")
+        print("| --- | ---: | ---: | ---: |")
+        rows: list[tuple[str, int, PoolEngine, list[PoolEngine]]] = [
+            ("in memory", 1, memory, [memory]),
+            ("Redis", 1, edges[0], [edges[0]]),
+            ("Redis", 2, edges[0], list(edges)),
+            ("Redis, 1000 queued", 2, edges[0], list(edges)),
+        ]
+        parked: list[asyncio.Task[None]] = []
+        for name, count, pool, pools in rows:
+            if name.endswith("queued"):
+                # 1000 waiters of another model sit in the one queue from here on
+                parked = await deep_queue(edges[1], policy)
+            median = statistics.median(
+                [await round_trips(pool, models, rounds) for _ in range(runs)]
+            )
+            rate = await concurrent(pools, models, 16, 2.0)
+            for edge in edges:
+                await edge.flush()
+            print(f"| {name} | {count} | {median:,.1f} | {rate:,.0f} |", flush=True)
+        await unpark(parked)
+    finally:
+        for edge in edges:
+            await edge.aclose()
+        keys = list(client.scan_iter(f"{prefix}:*"))
+        if keys:
+            client.delete(*keys)
+        client.close()
+
+
 async def timed(label: str, work: Callable[[], Awaitable[str]]) -> None:
     t0 = time.perf_counter()
     line = await work()
@@ -257,6 +379,7 @@ async def main() -> None:
             return f"| {n} | {n} | 0 | {rate:,.0f} | {median:.1f} |"
 
         await timed(f"wide {n}", row4)
+    await redis_section()
     print(f"\nwhole bench: {time.perf_counter() - began:.1f} s")
 
 

@@ -7,7 +7,15 @@ import json
 import pytest
 
 from nodes import wire
-from pool.engine.errors import NotAdmitted, QueueFull, QueueTimeout, Unavailable, UnknownModel
+from pool.engine.errors import (
+    NotAdmitted,
+    PoolBackendUnavailable,
+    PoolRecovering,
+    QueueFull,
+    QueueTimeout,
+    Unavailable,
+    UnknownModel,
+)
 from pool.http.errors import (
     ERRORS,
     HttpError,
@@ -26,6 +34,8 @@ ISSUE_TABLE = {
     "queue_full": 429,
     "queue_timeout": 503,
     "no_available_provider": 503,
+    "pool_unavailable": 503,
+    "pool_recovering": 503,
     "upstream_error": 502,
     "upstream_timeout": 504,
 }
@@ -55,10 +65,11 @@ def test_anthropic_shape_has_type_error_and_error_type(code: str) -> None:
     assert body == {"type": "error", "error": expected}
 
 
-def test_only_the_429_rows_carry_retry_after() -> None:
-    assert HttpError("queue_full").headers() == [(b"retry-after", b"1")]
-    assert HttpError("rate_limited").headers() == [(b"retry-after", b"1")]
-    limited = ("queue_full", "rate_limited")
+def test_only_the_429_rows_and_the_shared_pool_503s_carry_retry_after() -> None:
+    """R-SCALE-3: the shared pool store's 503s come back by themselves: retry shortly."""
+    limited = ("queue_full", "rate_limited", "pool_unavailable", "pool_recovering")
+    for code in limited:
+        assert HttpError(code).headers() == [(b"retry-after", b"1")]
     assert all(HttpError(code).headers() == [] for code in ERRORS if code not in limited)
 
 
@@ -69,6 +80,8 @@ def test_every_pool_error_maps_to_its_own_row() -> None:
         Unavailable: "no_available_provider",
         NotAdmitted: "unsupported_operation",
         UnknownModel: "model_not_found",
+        PoolBackendUnavailable: "pool_unavailable",
+        PoolRecovering: "pool_recovering",
     }
     for exc_type, code in cases.items():
         assert from_pool_error(exc_type()).code == code

@@ -37,6 +37,9 @@ PIDS = ("p1", "p2", "p3", "p4")
 GROUPS = {"m1": ("p1", "p2", "p3"), "m2": ("p3", "p4"), "m3": ("p2", "p4")}
 CAPS = ("chat", "tools")
 OWNERS = (None, "tok-a", "tok-b")
+# Times are binary fractions of a second in whole milliseconds, so a float clock and a Redis
+# millisecond clock agree exactly (tests/test_pool_redis_state_machine.py).
+TIMEOUTS_MS = (0, 125, 375)
 
 Key = tuple[str, str]
 
@@ -340,7 +343,7 @@ def policies(draw: st.DrawFn) -> PoolPolicy:
         tuple(rows),
         GROUPS,
         max_queue=draw(st.integers(1, 5)),
-        queue_timeout_ms=draw(st.sampled_from([0, 100, 300])),
+        queue_timeout_ms=draw(st.sampled_from(TIMEOUTS_MS)),
         health=draw(HEALTH_POLICIES),
     )
 
@@ -348,8 +351,8 @@ def policies(draw: st.DrawFn) -> PoolPolicy:
 HEALTH_POLICIES = st.builds(
     HealthPolicy,
     eject_after_failures=st.sampled_from([0, 1, 2]),
-    eject_base_s=st.sampled_from([0.1, 0.2]),
-    eject_max_s=st.sampled_from([0.2, 0.4]),
+    eject_base_s=st.sampled_from([0.125, 0.25]),
+    eject_max_s=st.sampled_from([0.25, 0.5]),
 )
 
 REQUESTS = st.tuples(
@@ -366,8 +369,8 @@ INITIAL = PoolPolicy(
     ),
     GROUPS,
     max_queue=4,
-    queue_timeout_ms=300,
-    health=HealthPolicy(eject_after_failures=1, eject_base_s=0.1, eject_max_s=0.4),
+    queue_timeout_ms=375,
+    health=HealthPolicy(eject_after_failures=1, eject_base_s=0.125, eject_max_s=0.5),
 )
 
 
@@ -488,7 +491,7 @@ class PoolMachine(RuleBasedStateMachine):
         self.compare()
 
     @precondition(lambda self: self.held)
-    @rule(i=st.integers(0, 50), retry_after=st.sampled_from([None, None, 0.1, 1.0]))
+    @rule(i=st.integers(0, 50), retry_after=st.sampled_from([None, None, 0.125, 1.0]))
     def fail_then_release(self, i: int, retry_after: float | None) -> None:
         """R-HEALTH-2: a failure before the first byte is reported, then the lease released."""
         n, lease = self.held[i % len(self.held)]
@@ -557,7 +560,7 @@ class PoolMachine(RuleBasedStateMachine):
         self.core.cancel(waiter)  # the cancelled task's cleanup, True or False
         self.compare()
 
-    @rule(dt=st.sampled_from([0.05, 0.1, 0.2, 0.4]), timer_fires=st.booleans())
+    @rule(dt=st.sampled_from([0.125, 0.25, 0.5]), timer_fires=st.booleans())
     def advance(self, dt: float, timer_fires: bool) -> None:
         """Time passes; the deadline timer may not have run yet when the next event comes."""
         self.now += dt
@@ -590,7 +593,7 @@ class PoolMachine(RuleBasedStateMachine):
         self.ref.apply(policy)
         self.compare()
 
-    @rule(timeout_ms=st.sampled_from([0, 100, 300]), max_queue=st.integers(1, 5))
+    @rule(timeout_ms=st.sampled_from(TIMEOUTS_MS), max_queue=st.integers(1, 5))
     def apply_queue_policy(self, timeout_ms: int, max_queue: int) -> None:
         """Only the root queue policy changes: deadlines move, waiters stay (R-REF-3)."""
         policy = replace(self.ref.policy, queue_timeout_ms=timeout_ms, max_queue=max_queue)

@@ -5,7 +5,17 @@ Plain asyncio; imports nothing from Django or the rest of the project.
 """
 
 from .core import PoolCore, WaiterSink
-from .errors import NotAdmitted, PoolError, QueueFull, QueueTimeout, Unavailable, UnknownModel
+from .errors import (
+    NotAdmitted,
+    PoolBackendUnavailable,
+    PoolError,
+    PoolRecovering,
+    QueueFull,
+    QueueTimeout,
+    Unavailable,
+    UnknownModel,
+)
+from .interface import PoolEngine
 from .model import HealthPolicy, Lease, PoolPolicy, PoolProvider, PoolSnapshot, ProviderStatus
 from .pool import ProviderPool
 from .state import Waiter
@@ -14,10 +24,13 @@ __all__ = [
     "HealthPolicy",
     "Lease",
     "NotAdmitted",
+    "PoolBackendUnavailable",
     "PoolCore",
+    "PoolEngine",
     "PoolError",
     "PoolPolicy",
     "PoolProvider",
+    "PoolRecovering",
     "PoolSnapshot",
     "ProviderPool",
     "ProviderStatus",

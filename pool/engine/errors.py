@@ -46,3 +46,18 @@ class UnknownModel(PoolError):
 
     code = "model_not_found"
     default_message = "the requested model does not exist"
+
+
+class PoolBackendUnavailable(PoolError):
+    """The shared pool store (Redis, several Edges) cannot be reached (docs/pool.md)."""
+
+    code = "pool_unavailable"
+    default_message = "the shared provider pool is unreachable; retry shortly"
+
+
+class PoolRecovering(PoolError):
+    """The shared pool store lost its data; admissions wait until every live Edge re-asserted
+    its leases and Nodes, so capacity is never over-admitted (docs/pool.md)."""
+
+    code = "pool_recovering"
+    default_message = "the shared provider pool is recovering; retry shortly"

@@ -49,6 +49,7 @@ class PoolPolicy:
     max_queue: int  # >= 1; defaults are applied by the config loader (R-CFG-7)
     queue_timeout_ms: int  # 0 = no timeout
     health: HealthPolicy = HealthPolicy()
+    version: int = 0  # the active revision id; a shared store keeps the newest (R-SCALE-2)
 
     def __post_init__(self) -> None:
         if self.max_queue < 1:

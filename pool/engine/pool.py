@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from .core import PoolCore
 from .errors import PoolError
 from .model import Lease, PoolPolicy, PoolSnapshot
 from .state import Waiter
+
+if TYPE_CHECKING:
+    from .interface import PoolEngine
 
 
 class _FutureSink:
@@ -44,6 +48,12 @@ class ProviderPool:
         # Called when the earliest end of an ejection may have moved; the runtime's health
         # timer listens (the engine itself never sleeps).
         self.on_health_change: Callable[[], None] | None = None
+
+    async def start(self) -> None:
+        """Nothing runs beside the requests in memory (``PoolEngine``)."""
+
+    async def aclose(self) -> None:
+        """Nothing to stop in memory (``PoolEngine``)."""
 
     async def acquire(
         self,
@@ -180,3 +190,9 @@ class ProviderPool:
         self._timer_at = None
         self._core.expire(self._clock())
         self._arm()
+
+
+if TYPE_CHECKING:
+
+    def _is_an_engine(pool: ProviderPool) -> PoolEngine:
+        return pool  # mypy checks that ProviderPool satisfies the PoolEngine Protocol

@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import Awaitable
 
 from nodes.hub import NodeUnavailable
-from pool.engine import Lease, ProviderPool
+from pool.engine import Lease, PoolEngine
 from pool.engine.errors import PoolError
 from pool.http.attempt import Attempt, TargetOf, open_attempt
 from pool.http.errors import RunFailed, from_pool_error
@@ -61,7 +61,7 @@ async def dispatch(
     (R-IN-5). In managed mode ``credentials`` keeps every admission (first, retry, gate
     recovery) to the route's providers and issues each run's lease envelope (R-MGD-3, R-MGD-4).
     """
-    pool: ProviderPool = runtime.pool
+    pool: PoolEngine = runtime.pool
     snapshot = runtime.snapshot
     retries = snapshot.retry_before_first_byte
     loop = asyncio.get_running_loop()

@@ -88,12 +88,21 @@ ERRORS: dict[str, Row] = {
     "no_available_provider": Row(
         503, "server_error", "overloaded_error", "no provider is available for this model"
     ),
+    # Several Edges (docs/pool.md, "Redis engine"): the shared pool store cannot be used now.
+    "pool_unavailable": Row(
+        503, "server_error", "overloaded_error", "the shared provider pool is unreachable"
+    ),
+    "pool_recovering": Row(
+        503, "server_error", "overloaded_error", "the shared provider pool is recovering"
+    ),
     "upstream_timeout": Row(
         504, "server_error", "api_error", "the upstream did not answer in time"
     ),
 }
 
 RETRY_AFTER_S = 1  # 429 queue_full: the queue drains as runs end; a short back-off is enough
+# 503s of the shared pool store: it comes back by itself, so a client may retry soon.
+RETRY_AFTER_CODES = frozenset({"pool_unavailable", "pool_recovering"})
 
 # Node run failures (wire.RunError.code) -> table code; anything else is an upstream error.
 _RUN_CODES = {
@@ -127,10 +136,11 @@ class HttpError(Exception):
         return self.row.status
 
     def headers(self) -> list[tuple[bytes, bytes]]:
-        """Extra response headers of this error (Retry-After on 429)."""
+        """Extra response headers of this error (Retry-After on 429 and on the pool store's
+        503s)."""
         if self._headers is not None:
             return self._headers
-        if self.row.status == 429:
+        if self.row.status == 429 or self.code in RETRY_AFTER_CODES:
             return [(b"retry-after", str(RETRY_AFTER_S).encode())]
         return []
 

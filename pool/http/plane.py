@@ -11,7 +11,7 @@ from typing import Protocol
 from catalog.config import EdgeSnapshot
 from edgekit.loop_lag import LoopLagSampler
 from nodes.hub import NodeHub
-from pool.engine import ProviderPool
+from pool.engine import PoolEngine
 from pool.gate.counters import GateCounts
 from pool.metering import UsageMeter
 
@@ -33,7 +33,7 @@ class DataPlane(Protocol):
 
     started_at: float  # epoch seconds, for /v1/models ``created`` and the start-time gauge
     draining: bool  # True while stopping: no new request is admitted
-    pool: ProviderPool
+    pool: PoolEngine
     hub: NodeHub
     meter: UsageMeter
     loop_lag: LoopLagSampler  # how late the event loop runs, for /metrics

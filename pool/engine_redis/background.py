@@ -1,0 +1,212 @@
+"""What runs beside the requests of a ``RedisPool``: the one ordered writer, the listener of
+this Edge's channel, the renew/sweep ticker, and the handling of an outage or a loss of data
+(docs/pool.md, "Redis engine")."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+from collections import deque
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from redis import exceptions as redis_errors
+
+from pool.engine.errors import PoolBackendUnavailable
+
+from . import answers, wire
+from .jobs import Job
+
+if TYPE_CHECKING:
+    from .pool import RedisPool
+
+log = logging.getLogger("iop.pool.redis")
+
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    redis_errors.ConnectionError,
+    redis_errors.TimeoutError,
+    OSError,
+)
+RETRY_S = 0.25  # how often an unreachable Redis is tried again
+BATCH = 64  # jobs sent in one pipeline: concurrent requests of one Edge share a round trip
+
+
+async def start_tasks(pool: RedisPool) -> None:
+    pool._subscribed = asyncio.Event()
+    pool._tasks = [
+        asyncio.create_task(write(pool), name="pool-writer"),
+        asyncio.create_task(listen(pool), name="pool-listener"),
+    ]
+    if pool._background:
+        pool._ticker = asyncio.create_task(tick(pool), name="pool-ticker")
+    # A grant published by another Edge must find this Edge subscribed.
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(pool._subscribed.wait(), timeout=2.0)
+
+
+async def stop_ticker(pool: RedisPool) -> None:
+    if pool._ticker is not None:
+        pool._ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pool._ticker
+        pool._ticker = None
+
+
+async def stop_tasks(pool: RedisPool) -> None:
+    for task in pool._tasks:
+        task.cancel()
+    for task in pool._tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    pool._tasks = []
+
+
+def renew(pool: RedisPool) -> None:
+    """Re-assert this Edge's leases, Nodes and id; look up its waiters' fates."""
+    if "renew" in pool._pending:
+        return
+    pool._pending.add("renew")
+    body = {
+        "leases": [
+            [str(i), lease.provider_id, lease.node_id, 1 if lease.long else 0, epoch]
+            for i, (lease, epoch) in pool._held.items()
+        ],
+        "nodes": [
+            [node, str(gen), wire.refused_json(pool._refused.get(node, {}))]
+            for node, gen in pool._ready.items()
+        ],
+        "waiters": list(pool._waiters),
+    }
+    done = pool._periodic("renew", partial(_renewed, pool))
+    pool._submit(Job("renew", [json.dumps(body), pool._token], done))
+
+
+def sweep(pool: RedisPool) -> None:
+    """Expire what nobody renewed, drop dead Edges' waiters, end ejections, pump."""
+    if "sweep" not in pool._pending:
+        pool._pending.add("sweep")
+        pool._submit(Job("sweep", [], pool._periodic("sweep", lambda _: None)))
+
+
+def _renewed(pool: RedisPool, out: Any) -> None:
+    lost = wire.items(out["lost"])
+    for i in lost:
+        pool._held.pop(int(i), None)  # its slot went to another request: not counted again
+    if lost:
+        log.warning("%d lease(s) expired in Redis before this Edge renewed them", len(lost))
+    if out["version"] is False:
+        pool.apply(pool._policy)  # Redis lost the policy: this Edge's is re-asserted
+
+
+def lost_data(pool: RedisPool) -> None:
+    """A new epoch: Redis lost its data. Leases and Nodes are re-asserted at once; new
+    admissions wait for the grace (``pool_recovering``) so nothing is over-admitted."""
+    log.warning("the shared pool store lost its data: re-asserting this Edge's leases")
+    renew(pool)
+    pool.apply(pool._policy)
+
+
+async def tick(pool: RedisPool) -> None:
+    period = pool._ttl_s / 3
+    while True:
+        await asyncio.sleep(period)
+        if not pool._down:
+            renew(pool)
+            pool.sweep()
+
+
+async def write(pool: RedisPool) -> None:
+    """The one writer: jobs reach Redis in call order, up to ``BATCH`` per round trip (one
+    pipeline); an outage keeps them for later."""
+    assert pool._kick is not None
+    while True:
+        if not pool._jobs:
+            pool._kick.clear()
+            await pool._kick.wait()
+            continue
+        batch = list(itertools.islice(pool._jobs, BATCH))
+        sent = [j for j in batch if j.script and not (j.acquire and j.acquire.done())]
+        try:
+            raws = await pool._send(sent)
+        except CONNECTION_ERRORS as exc:
+            await _outage(pool, exc)
+            continue
+        answers = {id(job): raw for job, raw in zip(sent, raws, strict=True)}
+        for job in batch:
+            if pool._jobs and pool._jobs[0] is job:
+                pool._jobs.popleft()
+            out: Any = None
+            if job.script:
+                if id(job) not in answers:
+                    continue  # an admission whose caller went away before it was sent
+                try:
+                    out = pool._answer(answers[id(job)])
+                except Exception:  # a script error or a bug: this job fails, the writer goes on
+                    log.exception("pool script %s failed", job.script)
+                    if job.acquire is not None and not job.acquire.done():
+                        job.acquire.set_exception(PoolBackendUnavailable())
+                    continue
+            if job.done is not None:
+                try:
+                    job.done(out)
+                except Exception:
+                    log.exception("handling the answer of pool script %s failed", job.script)
+
+
+async def _outage(pool: RedisPool, exc: BaseException) -> None:
+    """Admissions and this Edge's waiters fail with 503 ``pool_unavailable`` at once;
+    every other call is kept and sent, in order, once Redis answers again."""
+    pool._down = True
+    log.warning(
+        "the shared pool store is unreachable (%s): admissions answer 503 pool_unavailable",
+        type(exc).__name__,
+    )
+    kept: deque[Job] = deque()
+    for job in pool._jobs:
+        if job.acquire is None:
+            kept.append(job)
+        elif not job.acquire.done():
+            job.acquire.set_exception(PoolBackendUnavailable())
+    pool._jobs = kept
+    for wid, w in list(pool._waiters.items()):
+        del pool._waiters[wid]
+        if not w.fut.done():
+            w.fut.set_exception(PoolBackendUnavailable())
+        answers.cancel(pool, wid)  # its queue entry goes once Redis is back
+    pool._pending.clear()
+    assert pool._redis is not None
+    while True:
+        await asyncio.sleep(RETRY_S)
+        try:
+            await pool._redis.ping()
+            break
+        except CONNECTION_ERRORS:
+            continue
+    pool._down = False
+    log.info("the shared pool store answers again")
+    renew(pool)
+
+
+async def listen(pool: RedisPool) -> None:
+    """Fates of this Edge's waiters decided by other Edges' scripts (R-POOL-5)."""
+    assert pool._redis is not None and pool._subscribed is not None
+    channel = f"{pool._prefix}:edge:{pool._edge}:pool"
+    while True:
+        pubsub = pool._redis.pubsub()
+        try:
+            await pubsub.subscribe(channel)
+            async for msg in pubsub.listen():
+                if msg["type"] == "subscribe":
+                    pool._subscribed.set()
+                elif msg["type"] == "message":
+                    answers.fate(pool, json.loads(msg["data"]))
+        except CONNECTION_ERRORS:
+            await asyncio.sleep(RETRY_S)
+            if pool._subscribed.is_set() and pool._waiters:
+                renew(pool)  # a message may have been lost meanwhile
+        finally:
+            with contextlib.suppress(*CONNECTION_ERRORS):
+                await pubsub.aclose()

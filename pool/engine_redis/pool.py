@@ -1,0 +1,411 @@
+"""``RedisPool``: the provider pool shared by several Edges through Redis (R-SCALE-2/3).
+
+Every decision is one atomic Lua script (``lua/``) on Redis time; this object keeps only what
+this Edge holds (its leases, its waiters' futures, its Nodes' readiness) and hands every call
+to ONE ordered writer task, so one Edge's node_ready/node_gone/release reach Redis in call
+order. See docs/pool.md, "Redis engine".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import secrets
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from redis import exceptions as redis_errors
+from redis.asyncio import Redis
+
+from pool.engine.errors import PoolBackendUnavailable
+from pool.engine.model import Lease, PoolPolicy, PoolSnapshot
+
+if TYPE_CHECKING:
+    from pool.engine.interface import PoolEngine
+
+from . import answers, background, scripts, wire
+from .answers import Waiting
+from .background import CONNECTION_ERRORS
+from .jobs import Job
+
+log = logging.getLogger("iop.pool.redis")
+
+STOP_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *CONNECTION_ERRORS)
+EDGE_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # docs/pool.md, "Redis engine"
+VIEW_MAX_AGE_S = 0.25  # snapshot()/queued_by() answer from figures at most this old
+
+
+class EdgeIdInUse(RuntimeError):
+    """Another live Edge holds this Edge id (its ``{P}:alive:{id}`` key)."""
+
+
+class RedisPool:
+    """Provider pool of one Edge among several; every method runs on the event loop."""
+
+    def __init__(
+        self,
+        policy: PoolPolicy,
+        *,
+        redis_url: str,
+        prefix: str,
+        edge_id: str,
+        lease_ttl_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        background: bool = True,
+    ) -> None:
+        if lease_ttl_s <= 0:
+            raise ValueError("lease_ttl_s must be > 0")
+        if not EDGE_ID.fullmatch(edge_id):
+            raise ValueError("the Edge id must match [A-Za-z0-9_.-]{1,64}")
+        if not prefix or any(c.isspace() for c in prefix):
+            raise ValueError("the Redis key prefix must be non-empty, without spaces")
+        self._policy = policy
+        self._url = redis_url
+        self._prefix = prefix
+        self._edge = edge_id
+        self._ttl_s = lease_ttl_s
+        self._clock = clock
+        self._background = background  # False: the caller drives renew/sweep/expire (tests)
+        self._token = secrets.token_hex(8)
+        self._redis: Redis | None = None
+        self._scripts: dict[str, Any] = {}
+        self._jobs: deque[Job] = deque()
+        self._kick: asyncio.Event | None = None
+        self._down = False
+        self._epoch: str | None = None
+        self._held: dict[int, tuple[Lease, str]] = {}  # lease id -> (lease, epoch granted in)
+        self._waiters: dict[str, Waiting] = {}
+        self._recent: OrderedDict[str, None] = OrderedDict()  # settled or cancelled waiters
+        self._early: dict[str, list[Any]] = {}  # fates that came before their admit answer
+        self._ready: dict[str, int] = {}  # node -> ready generation here (R-NODE-1)
+        self._gone: dict[str, int] = {}
+        self._refused: dict[str, dict[str, str]] = {}
+        self._view = wire.offline(policy)
+        self._view_at = -VIEW_MAX_AGE_S
+        self._owners: dict[str, int] = {}
+        self._ejected_until: dict[str, float] = {}  # provider -> end of ejection, our clock
+        self._ejections: dict[str, int] = {}
+        self._pending: set[str] = set()  # periodic jobs queued and not yet run
+        self._expiry: asyncio.TimerHandle | None = None
+        self.on_health_change: Callable[[], None] | None = None
+        self.time_override: Callable[[], int] | None = None  # tests: Redis time in ms
+        self._tasks: list[asyncio.Task[None]] = []
+        self._ticker: asyncio.Task[None] | None = None
+        self._subscribed: asyncio.Event | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, claim this Edge's id, install the policy, start the writer and the
+        listener (and the renew/sweep ticker). Raises ``EdgeIdInUse``."""
+        self._kick = asyncio.Event()
+        self._redis = Redis.from_url(
+            self._url,
+            decode_responses=True,
+            socket_connect_timeout=1.0,
+            socket_timeout=max(1.0, self._ttl_s / 3),
+        )
+        self._scripts = scripts.register(self._redis)
+        self._jobs.appendleft(self._apply_job(self._policy))
+        try:
+            if await self._call("start", [self._token]) == "taken":
+                await self._redis.aclose()
+                raise EdgeIdInUse(f"another live Edge already uses the Edge id {self._edge!r}")
+        except CONNECTION_ERRORS as exc:  # the writer keeps trying
+            log.warning("the shared pool store is unreachable at start (%s)", type(exc).__name__)
+        await background.start_tasks(self)
+
+    async def aclose(self) -> None:
+        """Send what is queued (releases, node_gone), give up this Edge's id, disconnect."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+        await background.stop_ticker(self)
+        if self._redis is None:
+            return
+        if not self._down:
+            try:
+                await asyncio.wait_for(self.flush(), timeout=2.0)
+                key = f"{self._prefix}:alive:{self._edge}"
+                if await self._redis.get(key) == self._token:
+                    await self._redis.delete(key)
+            except STOP_ERRORS:
+                log.warning("stopping with pool updates not sent; their leases expire by TTL")
+        await background.stop_tasks(self)
+        await self._redis.aclose()
+        self._redis = None
+
+    async def flush(self) -> None:
+        """Return once every call made so far reached Redis and its answer was handled."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def done(_: Any) -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        self._submit(Job("", [], done))
+        await fut
+
+    # --- admission and release ------------------------------------------------------------
+
+    async def acquire(
+        self,
+        model: str,
+        needs: frozenset[str] = frozenset(),
+        *,
+        long: bool = False,
+        owner: str | None = None,
+        max_queued: int | None = None,
+        exclude: frozenset[str] = frozenset(),
+    ) -> Lease:
+        """Lease a provider of ``model`` able to serve ``needs``, waiting in the one global
+        queue (R-POOL-5 across Edges); ``PoolBackendUnavailable`` at once when Redis is
+        unreachable, ``PoolRecovering`` while it recovers from a loss of data."""
+        if self._down:
+            raise PoolBackendUnavailable()
+        fut: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
+        share = "" if owner is None or max_queued is None else str(max_queued)
+        args = [
+            model,
+            json.dumps(sorted(needs)),
+            "1" if long else "0",
+            owner or "",
+            share,
+            json.dumps(sorted(exclude)),
+        ]
+        self._submit(Job("admit", args, partial(answers.admitted, self, fut, model, long), fut))
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self.release(fut.result())  # granted in the same tick as the cancel: no leak
+            raise
+
+    def release(self, lease: Lease) -> bool:
+        """Give the lease back; True the first time, False after (R-POOL-9). Synchronous."""
+        if lease._released:
+            return False
+        lease._released = True
+        held = self._held.pop(lease.request_id, None)
+        if held is not None and held[0] is lease:
+            self._submit(Job("release", [str(lease.request_id)]))
+        return True
+
+    def succeeded(self, lease: Lease) -> None:
+        """The lease's upstream answered (R-HEALTH-2); call before ``release``."""
+        args = ["ok", str(lease.request_id), lease.node_id, lease.provider_id]
+        self._submit(Job("health", args, partial(answers.health_done, self)))
+
+    def failed(self, lease: Lease, reason: str, retry_after_s: float | None = None) -> None:
+        """The lease's run failed before its first byte (R-HEALTH-2); call before ``release``."""
+        retry = "" if retry_after_s is None else str(max(0, round(retry_after_s * 1000)))
+        args = ["fail", str(lease.request_id), lease.node_id, lease.provider_id, reason, retry]
+        self._submit(Job("health", args, partial(answers.health_done, self)))
+
+    def probed(self, node_id: str, provider_id: str, ok: bool, reason: str = "") -> None:
+        """An active probe's verdict from the provider's Node (R-HEALTH-3)."""
+        args = ["probe", node_id, provider_id, "1" if ok else "0", reason]
+        self._submit(Job("health", args, partial(answers.health_done, self)))
+
+    def wake(self) -> int:
+        """Let providers whose ejection is over take a trial (any Edge may; the sweep does it
+        too). The count is not known synchronously: returns 0."""
+        now = self._clock()
+        for pid, until in list(self._ejected_until.items()):
+            if until <= now:  # being woken: the health timer must not fire again for it
+                del self._ejected_until[pid]
+        self._submit(Job("health", ["wake"], partial(answers.health_done, self)))
+        return 0
+
+    def next_wake(self) -> float | None:
+        """When the earliest ejection this Edge knows of ends, on this Edge's clock."""
+        return min(self._ejected_until.values(), default=None)
+
+    @property
+    def ejections_total(self) -> dict[str, int]:
+        """Ejections this Edge's calls caused, per provider id (a per-Edge counter)."""
+        return self._ejections
+
+    # --- nodes and policy -----------------------------------------------------------------
+
+    def node_ready(
+        self, node_id: str, generation: int, refused: Mapping[str, str] | None = None
+    ) -> None:
+        """A Node connected here is dispatch-ready; the newest ready wins across Edges."""
+        gone = self._gone.get(node_id)
+        current = self._ready.get(node_id)
+        if (gone is not None and generation <= gone) or (
+            current is not None and generation < current
+        ):
+            return  # a stale generation: that connection already ended or was replaced
+        self._ready[node_id] = generation
+        self._refused[node_id] = dict(refused or {})
+        args = ["ready", node_id, str(generation), wire.refused_json(refused or {})]
+        self._submit(Job("node", args))
+
+    def node_refused(self, node_id: str, generation: int, refused: Mapping[str, str]) -> None:
+        """The ready Node now refuses exactly ``refused``."""
+        if self._ready.get(node_id) != generation or self._refused.get(node_id) == refused:
+            return
+        self._refused[node_id] = dict(refused)
+        args = ["refused", node_id, str(generation), wire.refused_json(refused)]
+        self._submit(Job("node", args))
+
+    def node_gone(self, node_id: str, generation: int) -> None:
+        """The connection ended; a ready Node of another (edge, generation) is untouched."""
+        current = self._ready.get(node_id)
+        if current is not None and generation < current:
+            return
+        self._gone[node_id] = max(generation, self._gone.get(node_id, generation))
+        if current is None:
+            return
+        del self._ready[node_id]
+        self._refused.pop(node_id, None)
+        self._submit(Job("node", ["gone", node_id, str(generation), "{}"]))
+
+    def apply(self, policy: PoolPolicy) -> None:
+        """Install a policy in Redis unless a newer version is there (R-REF-3)."""
+        self._policy = policy
+        self._submit(self._apply_job(policy))
+
+    def expire(self) -> int:
+        """Time out overdue waiters now (of every Edge); the count is not known at once: 0."""
+        self._submit(Job("expire", [], partial(answers.expired, self)))
+        return 0
+
+    # --- views ----------------------------------------------------------------------------
+
+    def snapshot(self) -> PoolSnapshot:
+        """Global figures at most ``VIEW_MAX_AGE_S`` old (a read is started when older)."""
+        self._refresh_view()
+        return self._view
+
+    def idle(self) -> bool:
+        """No lease held and no waiter queued by this Edge."""
+        return not self._held and not self._waiters and not any(j.acquire for j in self._jobs)
+
+    def queued_by(self, owner: str) -> int:
+        """Waiters ``owner`` holds in the one queue, from the view (R-PRIN-3)."""
+        self._refresh_view()
+        return self._owners.get(owner, 0)
+
+    async def fetch_snapshot(self) -> PoolSnapshot:
+        """Exact global figures, after every call this Edge made so far."""
+        fut: asyncio.Future[PoolSnapshot] = asyncio.get_running_loop().create_future()
+
+        def done(out: Any) -> None:
+            answers.viewed(self, out)
+            if not fut.done():
+                fut.set_result(self._view)
+
+        self._submit(Job("snapshot", [], done))
+        return await fut
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _apply_job(self, policy: PoolPolicy) -> Job:
+        def done(out: Any) -> None:
+            if out == "stale":
+                log.info("pool policy version %d not installed: Redis has a newer one",
+                         policy.version)  # fmt: skip
+            if self.on_health_change is not None:
+                self.on_health_change()
+
+        return Job("apply", [wire.policy_json(policy)], done)
+
+    def renew(self) -> None:
+        """Re-assert this Edge's leases, Nodes and id now (the ticker does it every TTL/3)."""
+        background.renew(self)
+
+    def sweep(self) -> None:
+        """Expire what nobody renewed and end ejections now (every Edge does it every TTL/3)."""
+        background.sweep(self)
+
+    def _refresh_view(self) -> None:
+        if (
+            self._background
+            and self._kick is not None
+            and "snapshot" not in self._pending
+            and self._clock() - self._view_at >= VIEW_MAX_AGE_S
+            and not self._down
+        ):
+            self._pending.add("snapshot")
+            self._submit(
+                Job("snapshot", [], self._periodic("snapshot", partial(answers.viewed, self)))
+            )
+
+    def _periodic(self, name: str, then: Callable[[Any], None]) -> Callable[[Any], None]:
+        def done(out: Any) -> None:
+            self._pending.discard(name)
+            then(out)
+
+        return done
+
+    def _arm_expiry(self, delay: float | None = None) -> None:
+        """One timer at this Edge's oldest waiter's deadline; the script decides on Redis
+        time, and answers how long is left when the two clocks disagree."""
+        timeout = self._policy.queue_timeout_ms / 1000.0
+        if not self._background or not self._waiters or not timeout:
+            return
+        if delay is None:
+            oldest = min(w.since for w in self._waiters.values())
+            delay = max(0.0, oldest + timeout - self._clock())
+        if self._expiry is not None:
+            self._expiry.cancel()
+        loop = asyncio.get_running_loop()
+        self._expiry = loop.call_later(max(delay, 0.005), self.expire)
+
+    def _args(self, extra: list[str]) -> list[str]:
+        now = "" if self.time_override is None else str(self.time_override())
+        return [self._prefix, self._edge, str(round(self._ttl_s * 1000)), now, *extra]
+
+    async def _call(self, name: str, extra: list[str]) -> Any:
+        assert self._redis is not None
+        return self._answer(await self._scripts[name](args=self._args(extra)))
+
+    async def _send(self, jobs: list[Job]) -> list[Any]:
+        """Run ``jobs``' scripts in order in one round trip; a script's error is its answer."""
+        assert self._redis is not None
+        if len(jobs) == 1:
+            try:
+                return [await self._scripts[jobs[0].script](args=self._args(jobs[0].args))]
+            except redis_errors.ResponseError as exc:
+                return [exc]
+        if not jobs:
+            return []
+        pipe = self._redis.pipeline(transaction=False)
+        for job in jobs:
+            await self._scripts[job.script](args=self._args(job.args), client=pipe)
+        return list(await pipe.execute(raise_on_error=False))
+
+    def _answer(self, raw: Any) -> Any:
+        """Handle one script's result: epoch, health log lines, waiter fates; its own part."""
+        if isinstance(raw, Exception):
+            raise raw
+        res = json.loads(raw)
+        epoch = res["e"]
+        if self._epoch is None:
+            self._epoch = epoch
+        elif epoch != self._epoch:
+            self._epoch = epoch
+            background.lost_data(self)
+        for info in wire.items(res["info"]):
+            answers.health_info(self, info)
+        for ev in wire.items(res["ev"]):
+            answers.fate(self, ev)
+        return res["r"]
+
+    def _submit(self, job: Job) -> None:
+        self._jobs.append(job)
+        if self._kick is not None:
+            self._kick.set()
+
+
+if TYPE_CHECKING:
+
+    def _is_an_engine(pool: RedisPool) -> PoolEngine:
+        return pool  # mypy checks that RedisPool satisfies the PoolEngine Protocol

@@ -1,0 +1,180 @@
+"""Redis engine tests: a real Redis (``IOP_TEST_REDIS_URL``), a random key prefix per test
+(its keys deleted after), several ``RedisPool`` "Edges" in one process, and a Redis server
+of the test's own that it may kill."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from pool.engine import PoolPolicy, PoolProvider
+from pool.engine_redis import RedisPool
+from tests.support.processes import free_port
+
+REDIS_URL = os.environ.get("IOP_TEST_REDIS_URL", "")
+needs_redis = pytest.mark.skipif(
+    not REDIS_URL, reason="IOP_TEST_REDIS_URL is not set: the Redis engine needs a real Redis"
+)
+WAIT_S = 10.0
+
+
+def new_prefix() -> str:
+    return f"iop-test-{secrets.token_hex(6)}"
+
+
+def drop_keys(url: str, prefix: str) -> None:
+    """Delete this prefix's keys only (never FLUSHDB: the Redis is shared)."""
+    client = redis.Redis.from_url(url)
+    try:
+        keys = list(client.scan_iter(f"{prefix}:*", count=500))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+def settled_epoch(url: str, prefix: str) -> None:
+    """An epoch born long ago: the Redis is not recovering from a loss of data."""
+    client = redis.Redis.from_url(url)
+    try:
+        client.hset(f"{prefix}:epoch", mapping={"id": "settled", "born_ms": 0})
+    finally:
+        client.close()
+
+
+def policy(
+    *providers: PoolProvider,
+    groups: dict[str, tuple[str, ...]] | None = None,
+    max_queue: int = 16,
+    timeout_ms: int = 0,
+    version: int = 0,
+) -> PoolPolicy:
+    groups = groups or {"m": tuple(p.provider_id for p in providers)}
+    return PoolPolicy(
+        providers, groups, max_queue=max_queue, queue_timeout_ms=timeout_ms, version=version
+    )
+
+
+class Edges:
+    """Started ``RedisPool``s on one prefix; ``edge(i)`` is the i-th, closed at the end."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        self.url = url
+        self.prefix = prefix
+        self.pools: list[RedisPool] = []
+
+    async def start(
+        self,
+        pool_policy: PoolPolicy,
+        edge_id: str,
+        *,
+        ttl: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> RedisPool:
+        pool = RedisPool(
+            pool_policy,
+            redis_url=self.url,
+            prefix=self.prefix,
+            edge_id=edge_id,
+            lease_ttl_s=ttl,
+            clock=clock,
+        )
+        await pool.start()
+        self.pools.append(pool)
+        return pool
+
+    async def close(self) -> None:
+        for pool in self.pools:
+            with contextlib.suppress(Exception):
+                await pool.aclose()
+
+
+@contextlib.asynccontextmanager
+async def edges(url: str = "", *, settled: bool = True) -> AsyncIterator[Edges]:
+    url = url or REDIS_URL
+    prefix = new_prefix()
+    if settled:
+        settled_epoch(url, prefix)
+    group = Edges(url, prefix)
+    try:
+        yield group
+    finally:
+        await group.close()
+        with contextlib.suppress(redis.ConnectionError):
+            drop_keys(url, prefix)
+
+
+async def until(predicate: Callable[[], bool], what: str = "condition") -> None:
+    """Poll ``predicate`` while the loop runs (Redis answers arrive on their own); bounded."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"{what}: not reached in {WAIT_S:.0f} s")
+
+
+class OwnRedis:
+    """A redis-server of the test's own on a free port, no persistence; ``kill``/``start``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.directory = directory
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--daemonize", "no", "--dir", str(self.directory)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        client = redis.Redis.from_url(self.url)
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)  # waiting for a child process to listen, not for pool state
+        client.close()
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=WAIT_S)
+            self.proc = None
+
+
+@contextlib.contextmanager
+def own_redis(directory: Path) -> Iterator[OwnRedis]:
+    server = OwnRedis(directory)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+async def crash(pool: RedisPool) -> None:
+    """The Edge process dies: nothing more reaches Redis (no release, no renewal)."""
+    from pool.engine_redis import background
+
+    await background.stop_ticker(pool)
+    await background.stop_tasks(pool)
+    pool._jobs.clear()
+    if pool._redis is not None:
+        await pool._redis.aclose()
+    pool._redis = None  # aclose() has nothing left to do

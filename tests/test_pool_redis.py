@@ -1,0 +1,278 @@
+"""The Redis engine across two Edges in one process (R-SCALE-2, R-POOL-1..9, R-HEALTH-2):
+one capacity, one FIFO queue, shared health, on a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from pool.engine import (
+    Lease,
+    QueueFull,
+    QueueTimeout,
+    Unavailable,
+    UnknownModel,
+)
+from pool.engine_redis import EdgeIdInUse, RedisPool
+from tests.support.pools import prov
+from tests.support.redis_pool import edges, needs_redis, policy, until
+
+pytestmark = needs_redis
+
+
+async def queued(pool: RedisPool, depth: int) -> None:
+    """Return once the global queue holds ``depth`` waiters."""
+    for _ in range(1000):
+        if (await pool.fetch_snapshot()).queue_depth == depth:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"the queue never held {depth} waiters")
+
+
+async def test_r_scale_2_two_edges_never_exceed_one_provider_capacity() -> None:
+    """R-SCALE-2, R-POOL-2: concurrent acquires from two Edges; in flight never above 3."""
+    pol = policy(prov("p1", cap=3, long_cap=1), max_queue=64)
+    async with edges() as group:
+        a = await group.start(pol, "edge-a")
+        b = await group.start(pol, "edge-b")
+        a.node_ready("n1", 1)
+        await a.flush()
+        holding = 0
+        most = 0
+
+        async def one(pool: RedisPool, rng: random.Random) -> None:
+            nonlocal holding, most
+            lease = await pool.acquire("m", long=rng.random() < 0.3)
+            holding += 1
+            most = max(most, holding)
+            snap = await pool.fetch_snapshot()
+            assert snap.providers[0].in_flight <= 3
+            assert snap.providers[0].long_in_flight <= 1
+            for _ in range(rng.randrange(3)):
+                await asyncio.sleep(0)
+            holding -= 1
+            assert pool.release(lease) is True
+            assert pool.release(lease) is False
+
+        rng = random.Random(7)
+        await asyncio.gather(*(one(a if i % 2 else b, rng) for i in range(40)))
+        assert most == 3
+        for pool in (a, b):
+            await pool.flush()
+        snap = await b.fetch_snapshot()
+        assert (snap.providers[0].in_flight, snap.queue_depth) == (0, 0)
+        assert a.idle() and b.idle()
+
+
+async def test_r_pool_5_a_waiter_on_one_edge_is_granted_by_a_release_on_the_other() -> None:
+    async with edges() as group:
+        pol = policy(prov("p1", cap=1))
+        a = await group.start(pol, "edge-a")
+        b = await group.start(pol, "edge-b")
+        a.node_ready("n1", 1)
+        held = await a.acquire("m")
+        waiting = asyncio.create_task(b.acquire("m"))
+        await queued(a, 1)
+        assert not waiting.done()
+        a.release(held)
+        lease = await asyncio.wait_for(waiting, 5)
+        assert (lease.provider_id, lease.model) == ("p1", "m")
+        assert not b.idle()
+        b.release(lease)
+
+
+async def test_r_pool_5_waiters_of_both_edges_are_served_in_one_global_order() -> None:
+    async with edges() as group:
+        pol = policy(prov("p1", cap=1))
+        a = await group.start(pol, "edge-a")
+        b = await group.start(pol, "edge-b")
+        a.node_ready("n1", 1)
+        held = await a.acquire("m")
+        order: list[int] = []
+        tasks = []
+        for i in range(6):
+            pool = a if i % 2 else b
+            task = asyncio.create_task(pool.acquire("m"))
+            task.add_done_callback(lambda _, i=i: order.append(i))
+            tasks.append((pool, task))
+            await queued(a, i + 1)
+        lease: Lease = held
+        owner = a
+        for pool, task in tasks:
+            owner.release(lease)
+            lease = await asyncio.wait_for(task, 5)
+            owner = pool
+        owner.release(lease)
+        assert order == list(range(6))
+
+
+async def test_r_pool_6_no_live_candidate_is_unavailable_at_once_on_every_edge() -> None:
+    async with edges() as group:
+        pol = policy(prov("p1", node="n1"), prov("p2", node="n2"))
+        a = await group.start(pol, "edge-a")
+        b = await group.start(pol, "edge-b")
+        with pytest.raises(Unavailable):
+            await b.acquire("m")
+        with pytest.raises(UnknownModel):
+            await b.acquire("nope")
+        a.node_ready("n1", 1)
+        b.node_ready("n2", 1)
+        first = await a.acquire("m")
+        second = await a.acquire("m")
+        assert {first.node_id, second.node_id} == {"n1", "n2"}
+        waiting = asyncio.create_task(b.acquire("m"))
+        await queued(a, 1)
+        a.node_gone("n1", 1)
+        b.node_gone("n2", 1)  # every candidate gone: the waiter fails now, not at a timeout
+        with pytest.raises(Unavailable):
+            await asyncio.wait_for(waiting, 5)
+        a.release(first)
+        a.release(second)
+
+
+async def test_r_node_1_a_node_gone_from_an_older_connection_leaves_the_new_one_ready() -> None:
+    """The Node moved from Edge A to Edge B: A's late node_gone is a no-op."""
+    async with edges() as group:
+        pol = policy(prov("p1"))
+        a = await group.start(pol, "edge-a")
+        b = await group.start(pol, "edge-b")
+        a.node_ready("n1", 3)
+        await a.flush()
+        b.node_ready("n1", 1)
+        await b.flush()
+        a.node_gone("n1", 3)
+        await a.flush()
+        snap = await a.fetch_snapshot()
+        assert snap.providers[0].online
+        lease = await a.acquire("m")
+        a.release(lease)
+
+
+async def test_r_prin_3_queue_limits_hold_across_edges() -> None:
+    """R-POOL-4, R-PRIN-3: max_queue and an owner's share count waiters of every Edge."""
+    async with edges() as group:
+        pol = policy(prov("p1", cap=1), max_queue=2)
+        a = await group.start(pol, "edge-a")
+        b = await group.start(pol, "edge-b")
+        a.node_ready("n1", 1)
+        held = await a.acquire("m")
+        first = asyncio.create_task(a.acquire("m", owner="tok", max_queued=1))
+        await queued(b, 1)
+        with pytest.raises(QueueFull, match="share"):
+            await b.acquire("m", owner="tok", max_queued=1)
+        second = asyncio.create_task(b.acquire("m", owner="other", max_queued=1))
+        await queued(b, 2)
+        assert b.queued_by("tok") in (0, 1)  # the view may be up to 250 ms old
+        await b.fetch_snapshot()
+        assert b.queued_by("tok") == 1
+        with pytest.raises(QueueFull):
+            await b.acquire("m")
+        first.cancel()
+        second.cancel()
+        await queued(b, 0)
+        a.release(held)
+
+
+async def test_r_pool_4_queue_timeout_is_decided_on_redis_time_not_edge_clocks() -> None:
+    """Edge clocks may disagree: one Edge's clock is hours ahead, the waiter still times out
+    after the queue timeout measured by Redis."""
+    async with edges() as group:
+        pol = policy(prov("p1", cap=1), timeout_ms=200)
+        a = await group.start(pol, "edge-a")
+        b = await group.start(pol, "edge-b", clock=lambda: asyncio.get_running_loop().time() + 7200)
+        a.node_ready("n1", 1)
+        held = await a.acquire("m")
+        with pytest.raises(QueueTimeout):
+            await asyncio.wait_for(b.acquire("m"), 5)
+        a.release(held)
+
+
+async def test_r_health_2_an_ejection_made_on_one_edge_holds_on_the_other() -> None:
+    async with edges() as group:
+        pol = policy(prov("p1", cap=2), prov("p2", cap=2, node="n2"))
+        a = await group.start(pol, "edge-a")
+        b = await group.start(pol, "edge-b")
+        a.node_ready("n1", 1)
+        a.node_ready("n2", 1)
+        leases = [await a.acquire("m") for _ in range(2)]
+        bad = next(lease for lease in leases if lease.provider_id == "p1")
+        a.failed(bad, "upstream answered HTTP 429", retry_after_s=30)
+        a.release(bad)
+        await a.flush()
+        assert a.ejections_total == {"p1": 1}
+        assert a.next_wake() is not None
+        snap = await b.fetch_snapshot()
+        row = next(r for r in snap.providers if r.provider_id == "p1")
+        assert row.health == "ejected" and 25 < row.ejected_for_s <= 30
+        assert b.next_wake() is not None
+        for _ in range(3):  # p2 takes everything while p1 is out
+            lease = await b.acquire("m")
+            assert lease.provider_id == "p2"
+            b.release(lease)
+        with pytest.raises(Unavailable, match="ejected"):
+            await b.acquire("m", exclude=frozenset({"p2"}))
+        b.probed("n1", "p1", False, "refused")  # an ejected row ignores a failed probe
+        for lease in leases:
+            a.release(lease)
+
+
+async def test_r_scale_2_an_older_policy_version_never_overwrites_a_newer_one() -> None:
+    async with edges() as group:
+        newer = policy(prov("p1", cap=3), version=5)
+        older = policy(prov("p1", cap=1), version=4)
+        a = await group.start(newer, "edge-a")
+        b = await group.start(older, "edge-b")
+        await b.flush()
+        snap = await a.fetch_snapshot()
+        assert snap.providers[0].capacity == 3
+        a.apply(policy(prov("p1", cap=2), version=6))
+        await a.flush()
+        assert (await b.fetch_snapshot()).providers[0].capacity == 2
+
+
+async def test_r_scale_2_a_second_live_edge_with_the_same_id_is_refused_at_start() -> None:
+    async with edges() as group:
+        await group.start(policy(prov("p1")), "edge-a")
+        with pytest.raises(EdgeIdInUse):
+            await group.start(policy(prov("p1")), "edge-a")
+
+
+async def test_r_pool_9_a_waiter_cancelled_as_it_is_granted_releases_its_lease() -> None:
+    """The caller on Edge B goes away in the very tick a release on Edge A grants it."""
+    async with edges() as group:
+        pol = policy(prov("p1", cap=1))
+        a = await group.start(pol, "edge-a")
+        b = await group.start(pol, "edge-b")
+        a.node_ready("n1", 1)
+        for _ in range(5):
+            held = await a.acquire("m")
+            waiting = asyncio.create_task(b.acquire("m"))
+            await queued(a, 1)
+            a.release(held)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            await a.flush()
+            await b.flush()
+            await until(b.idle, "B holds nothing")
+            await b.flush()
+            snap = await a.fetch_snapshot()
+            assert (snap.providers[0].in_flight, snap.queue_depth) == (0, 0)
+
+
+async def test_r_pool_9_a_cancelled_waiter_leaves_the_queue_at_once() -> None:
+    async with edges() as group:
+        pol = policy(prov("p1", cap=1))
+        a = await group.start(pol, "edge-a")
+        b = await group.start(pol, "edge-b")
+        a.node_ready("n1", 1)
+        held = await a.acquire("m")
+        waiting = asyncio.create_task(b.acquire("m", owner="tok", max_queued=1))
+        await queued(a, 1)
+        waiting.cancel()
+        await queued(a, 0)
+        await a.fetch_snapshot()
+        assert a.queued_by("tok") == 0
+        a.release(held)
