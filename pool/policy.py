@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from catalog.config import EdgeSnapshot
 from pool.engine import HealthPolicy, PoolPolicy, PoolProvider
 from pool.translate.plan import served_capabilities
 
+# ``PoolPolicy.version`` (the active revision id) comes with the scale-out engine interface
+# (docs/scale-out.md); until the engine has it, the version is not passed.
+_VERSIONED = any(field.name == "version" for field in fields(PoolPolicy))
 
-def policy_from_snapshot(snapshot: EdgeSnapshot) -> PoolPolicy:
+
+def policy_from_snapshot(snapshot: EdgeSnapshot, *, version: int = 0) -> PoolPolicy:
+    """The pool's policy for ``snapshot``; ``version`` is the active revision id."""
     providers = tuple(
         PoolProvider(
             node_id=spec.node_id,
@@ -33,4 +40,5 @@ def policy_from_snapshot(snapshot: EdgeSnapshot) -> PoolPolicy:
             eject_base_s=snapshot.eject_base_s,
             eject_max_s=snapshot.eject_max_s,
         ),
+        **({"version": version} if _VERSIONED else {}),
     )
