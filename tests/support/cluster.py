@@ -26,6 +26,19 @@ from tests.support.stack import START_TIMEOUT_S, Stack
 DATABASE_PREFIX = "iop_scale_edges"  # this branch's own databases (one per cluster)
 
 
+def scale_out_redis_url() -> str | None:
+    """``IOP_TEST_REDIS_URL`` when this build can run scale-out (the Redis pool engine and
+    cross-Edge run routing are in it), else None: the Edges then run in the default mode."""
+    import importlib.util
+    import os
+
+    url = os.environ.get("IOP_TEST_REDIS_URL") or None
+    parts = ("pool.engine_redis", "nodes.remote")
+    if url is None or any(importlib.util.find_spec(name) is None for name in parts):
+        return None
+    return url
+
+
 def with_database(url: str, name: str) -> str:
     """``url`` (postgresql://...) naming database ``name`` instead."""
     parts = urlsplit(url)
