@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from catalog.config import EdgeSnapshot
-from catalog.config.addresses import is_loopback_host, parse_host_port
+from catalog.config.addresses import HostPort, is_loopback_host, parse_host_port
 
 EDGE_ID_PATTERN = r"[A-Za-z0-9_.-]{1,64}"
 EDGE_ID_WHAT = "1 to 64 letters, digits, '_', '.' or '-'"
@@ -58,14 +58,14 @@ class EdgeLocal:
     def localize(self, snapshot: EdgeSnapshot) -> EdgeSnapshot:
         """``snapshot`` with this Edge's listen addresses; raise LocalSettingError when the
         result breaks a listener rule (admin on loopback, three distinct ports)."""
-        changes = {
-            f"{role}_listen": parse_host_port(value)
-            for role in ROLES
-            if (value := getattr(self, f"{role}_listen")) is not None
-        }
-        if not changes:
+        if self.edge_listen is None and self.openai_listen is None and self.admin_listen is None:
             return snapshot
-        local = replace(snapshot, **changes)
+        local = replace(
+            snapshot,
+            edge_listen=_address(self.edge_listen, snapshot.edge_listen),
+            openai_listen=_address(self.openai_listen, snapshot.openai_listen),
+            admin_listen=_address(self.admin_listen, snapshot.admin_listen),
+        )
         if not is_loopback_host(local.admin_listen.host):  # R-REF-1
             raise LocalSettingError(
                 f"admin listen {local.admin_listen}: must be a loopback address "
@@ -90,6 +90,10 @@ class EdgeLocal:
         port = f"-{snapshot.edge_listen.port}"
         host = re.sub(r"[^A-Za-z0-9_.-]", "-", socket.gethostname()) or "edge"
         return host[: 64 - len(port)] + port
+
+
+def _address(override: str | None, configured: HostPort) -> HostPort:
+    return configured if override is None else parse_host_port(override)
 
 
 def check_edge_id(value: str, where: str) -> str:

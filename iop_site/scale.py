@@ -161,7 +161,7 @@ def companions(runtime: EdgeRuntime, *, scale: ScaleSettings, edge_id: str) -> l
 
     parts: list[Any] = [runtime.pool]
     router = run_router(runtime, scale=scale, edge_id=edge_id)
-    runtime.hub.remote = router  # type: ignore[attr-defined]
+    runtime.hub.remote = router  # type: ignore[attr-defined]  # NodeHub.remote: run routing
     parts.append(router)
     parts.append(RevisionWatcher(runtime, poll_s=scale.revision_poll_s))
     return parts
@@ -177,5 +177,9 @@ def run_router(runtime: EdgeRuntime, *, scale: ScaleSettings, edge_id: str) -> A
             f"scale-out: this build has no cross-Edge run routing ({exc.name} is missing)"
         ) from None
     return remote.RunRouter(
-        runtime.hub, redis_url=scale.redis_url, prefix=scale.prefix, edge_id=edge_id
+        scale.redis_url,
+        prefix=scale.prefix,
+        edge_id=edge_id,
+        local=runtime.hub,  # the owner side runs orders on this Edge's own sessions
+        ttl_s=scale.lease_ttl_s,
     )

@@ -96,11 +96,12 @@ class Cluster(Stack):
         database_url: str,
         edges: int = 2,
         redis_url: str | None = None,
+        database_prefix: str = DATABASE_PREFIX,
         **kwargs: Any,
     ) -> None:
         super().__init__(directory, **kwargs)
         self.server_url = database_url
-        self.database = f"{DATABASE_PREFIX}_{secrets.token_hex(4)}"
+        self.database = f"{database_prefix}_{secrets.token_hex(4)}"
         self.database_url = with_database(database_url, self.database)
         self.redis_url = redis_url
         self.redis_prefix = f"iop-se-{secrets.token_hex(4)}"
