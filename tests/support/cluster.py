@@ -97,6 +97,8 @@ class Cluster(Stack):
         edges: int = 2,
         redis_url: str | None = None,
         database_prefix: str = DATABASE_PREFIX,
+        lease_ttl_s: float = 2.0,
+        revision_poll_s: float = 0.2,
         **kwargs: Any,
     ) -> None:
         super().__init__(directory, **kwargs)
@@ -105,6 +107,10 @@ class Cluster(Stack):
         self.database_url = with_database(database_url, self.database)
         self.redis_url = redis_url
         self.redis_prefix = f"iop-se-{secrets.token_hex(4)}"
+        # Short so a test sees a dead Edge's leases go, and a fresh key prefix (a new epoch
+        # that refuses admissions for one TTL, docs/scale-out.md) admit, soon.
+        self.lease_ttl_s = lease_ttl_s
+        self.revision_poll_s = revision_poll_s
         self.edges = [EdgeHandle(i) for i in range(edges)]
         self.ports = self.edges[0].ports  # the config document names Edge 0's ports
         self._created = False
@@ -151,7 +157,12 @@ class Cluster(Stack):
 
     def _edge_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         scale = (
-            {"IOP_REDIS_URL": self.redis_url, "IOP_REDIS_PREFIX": self.redis_prefix}
+            {
+                "IOP_REDIS_URL": self.redis_url,
+                "IOP_REDIS_PREFIX": self.redis_prefix,
+                "IOP_LEASE_TTL_S": str(self.lease_ttl_s),
+                "IOP_REVISION_POLL_S": str(self.revision_poll_s),
+            }
             if self.redis_url
             else {}
         )
@@ -231,14 +242,53 @@ class Cluster(Stack):
             time.sleep(0.05)
 
     def edge_of(self, node_id: str) -> int | None:
-        """The index of the running Edge that has ``node_id`` online, or None."""
-        for handle in self.edges:
-            if handle.alive() and any(
-                row["node_id"] == node_id and row["online"]
-                for row in handle.pool_snapshot()["providers"]
-            ):
-                return handle.index
-        return None
+        """The index of the Edge ``node_id`` is connected to (ready on) by its own log, or
+        None while it is not ready anywhere. (In scale-out every Edge shows every Node.)"""
+        k = [spec["id"] for spec in self._nodes_spec].index(node_id)
+        proc = self.nodes[k]
+        if not proc.alive():
+            return None
+        dialled: int | None = None
+        ready_on: int | None = None
+        by_port = {h.ports["edge"]: h.index for h in self.edges}
+        for line in proc.log.read_text(errors="replace").splitlines():
+            if "connecting to ws://127.0.0.1:" in line:
+                port = int(line.split("ws://127.0.0.1:", 1)[1].split("/", 1)[0])
+                dialled, ready_on = by_port.get(port), None
+            elif " ready: generation " in line:
+                ready_on = dialled
+            elif "connection lost" in line or "closed the connection" in line:
+                ready_on = None
+        if ready_on is not None and not self.edges[ready_on].alive():
+            return None
+        return ready_on
+
+    def chat(self, index: int, model: str = "gpt-test") -> tuple[int, dict[str, Any]]:
+        """A chat completion through Edge ``index``: (status, body). While a fresh shared
+        pool is still recovering (503 ``pool_recovering``, one lease TTL) it asks again."""
+        import json
+        import urllib.error
+
+        body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            request = urllib.request.Request(
+                self.edges[index].openai_url + "/v1/chat/completions",
+                data=json.dumps(body).encode(),
+                headers={
+                    "Authorization": f"Bearer {self.token}",
+                    "Content-Type": "application/json",
+                },
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    return response.status, json.loads(response.read())
+            except urllib.error.HTTPError as exc:
+                answer = json.loads(exc.read())
+                recovering = answer.get("error", {}).get("code") == "pool_recovering"
+                if not recovering or time.monotonic() > deadline:
+                    return exc.code, answer
+            time.sleep(0.1)
 
     def kill_edge(self, index: int, sig: int = 9) -> None:
         """Stop Edge ``index`` (SIGKILL by default: a crash, nothing drained)."""
