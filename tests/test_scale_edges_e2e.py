@@ -273,3 +273,26 @@ def test_a_second_edge_with_the_id_of_a_live_one_is_refused(tmp_path):
             db.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')  # type: ignore[arg-type]
     assert done.returncode == 1 and "IOP Edge ready" not in done.stdout
     assert "another Edge with id 'edge-a' is alive" in done.stderr
+
+
+@needs_postgres
+@pytest.mark.skipif(scale_out_redis_url() is None, reason=SCALE_OUT_SKIP)
+def test_a_run_asked_on_one_edge_reaches_the_node_on_another_r_scale_2(cluster):
+    assert cluster.edge_of("node-1") == 0
+    status, body = cluster.chat(1)
+    assert status == 200 and body["choices"][0]["message"]["content"], body
+
+
+@needs_postgres
+@pytest.mark.skipif(scale_out_redis_url() is None, reason=SCALE_OUT_SKIP)
+def test_capacity_is_exact_across_edges_r_scale_2(tmp_path):
+    """Capacity 1, four requests at once through two Edges: the upstream never serves two."""
+    one = [{"id": "p-openai", "profile": "openai", "base_url": "{up:main}/v1", "capacity": 1}]
+    with Cluster(
+        tmp_path, database_url=DATABASE, edges=2, redis_url=scale_out_redis_url(), providers=one
+    ) as cluster:
+        assert cluster.chat(0)[0] == 200  # the fresh shared pool admits
+        cluster.upstream().server.faults.stall_before_first_byte = 0.5
+        results = at_once(*(lambda i=i: cluster.chat(i % 2) for i in range(4)))
+        assert [status for status, _ in results] == [200] * 4, results
+        assert cluster.upstream().server.peak == 1
