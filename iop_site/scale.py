@@ -9,11 +9,11 @@ stopped with the runtime. Without ``IOP_REDIS_URL`` nothing here changes the Edg
 from __future__ import annotations
 
 import importlib
-import logging
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from iop_site.runtime import EdgeRuntime
     from pool.engine import PoolPolicy, ProviderPool
 
-log = logging.getLogger("iop.scale")
 
 PREFIX_PATTERN = r"[A-Za-z0-9_.:-]{1,64}"
 
@@ -50,8 +49,6 @@ class ScaleSettings:
 
     @classmethod
     def from_env(cls) -> ScaleSettings:
-        import os
-
         url = os.environ.get("IOP_REDIS_URL", "").strip() or None
         if url is not None:
             parts = urlsplit(url)
@@ -74,8 +71,11 @@ class ScaleSettings:
         )
 
 
-def refusal(scale: ScaleSettings, database_engine: str, snapshot: EdgeSnapshot) -> str | None:
-    """Why this Edge may not start in scale-out mode, or None (docs/scale-out.md)."""
+def refusal(
+    scale: ScaleSettings, database_engine: str, snapshot: EdgeSnapshot | None = None
+) -> str | None:
+    """Why this Edge may not start in scale-out mode, or None (docs/scale-out.md); without a
+    snapshot only the settings are checked."""
     if not scale.enabled:
         return None
     if not database_engine.endswith("postgresql"):
@@ -83,7 +83,7 @@ def refusal(scale: ScaleSettings, database_engine: str, snapshot: EdgeSnapshot) 
             "scale-out (IOP_REDIS_URL is set) needs every Edge on one PostgreSQL database: "
             "set DATABASE_URL=postgresql://... (this Edge would use its own SQLite file)"
         )
-    if snapshot.credential_plane is not None:
+    if snapshot is not None and snapshot.credential_plane is not None:
         return (
             "managed mode (credential_plane) is not supported with scale-out yet: unset "
             "IOP_REDIS_URL to run one Edge, or turn credential_plane off"
@@ -144,17 +144,10 @@ def build_pool(
     return pool
 
 
-class Companion(Protocol):
-    """Something that runs beside the runtime: started once its loop runs, closed after it."""
-
-    async def start(self) -> None: ...
-
-    async def aclose(self) -> None: ...
-
-
 def companions(runtime: EdgeRuntime, *, scale: ScaleSettings, edge_id: str) -> list[Any]:
-    """What scale-out starts with the runtime, in start order (closed in reverse): the pool
-    engine, the run router (set as ``hub.remote``), the revision watcher."""
+    """What scale-out starts with the runtime (each has ``async start()`` / ``aclose()``), in
+    start order, closed in reverse: the pool engine, the run router (set as ``hub.remote``),
+    the revision watcher."""
     if not scale.enabled:
         return []
     from iop_site.revisions import RevisionWatcher

@@ -51,6 +51,9 @@ class Command(BaseCommand):
         except LocalSettingError as exc:
             raise CommandError(str(exc)) from None
         database = str(settings.DATABASES["default"]["ENGINE"])
+        reason = scale.refusal(settings.IOP_SCALE, database)  # before writing any revision
+        if reason is not None:
+            raise CommandError(f"cannot start: {reason}")
         try:
             snapshot, revision = startup_revision(options.get("config"))
         except ConfigError as exc:
@@ -91,9 +94,7 @@ class Command(BaseCommand):
 
         try:
             serve(snapshot, revision=revision, edge_id=edge_id, on_ready=ready)
-        except (TLSFileError, scale.ScaleOutRefused) as exc:
-            raise CommandError(f"cannot start: {exc}") from None
-        except StartError as exc:
+        except (TLSFileError, scale.ScaleOutRefused, StartError) as exc:
             raise CommandError(f"cannot start: {exc}") from None
         except ListenError as exc:
             for failure in exc.failures:
