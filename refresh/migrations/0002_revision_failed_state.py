@@ -4,24 +4,15 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("refresh", "0001_initial"),
+        ('refresh', '0001_initial'),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name="configrevision",
-            name="state",
-            field=models.CharField(
-                choices=[
-                    ("draft", "draft"),
-                    ("applied", "applied"),
-                    ("refused", "refused"),
-                    ("staged", "staged for restart"),
-                    ("failed", "failed to install"),
-                ],
-                default="draft",
-                max_length=16,
-            ),
+            model_name='configrevision',
+            name='state',
+            field=models.CharField(choices=[('draft', 'draft'), ('applied', 'applied'), ('refused', 'refused'), ('staged', 'staged for restart'), ('failed', 'failed to install')], default='draft', max_length=16),
         ),
     ]
