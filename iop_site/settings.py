@@ -6,6 +6,7 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
+from iop_site.edge_local import EDGE_ID_PATTERN, EDGE_ID_WHAT
 from iop_site.env import (
     database_from_url,
     env_bool,
@@ -137,11 +138,9 @@ SPECTACULAR_SETTINGS = {
 # Where the Edge reads its config when no revision is active yet (runedge --config overrides).
 IOP_CONFIG_FILE = os.environ.get("IOP_CONFIG_FILE", str(BASE_DIR / "configs" / "edge.yaml"))
 
-# Per Edge, beside the shared config document (docs/configuration.md, "Several Edges"):
-# this Edge's id and listen addresses; runedge's --edge-id / --*-listen flags win over these.
-IOP_EDGE_ID = env_match(
-    "IOP_EDGE_ID", r"[A-Za-z0-9_.-]{1,64}", "1 to 64 letters, digits, '_', '.' or '-'"
-)
+# Per Edge, beside the shared config document (docs/configuration.md, "Per Edge"): this
+# Edge's id and listen addresses; runedge's --edge-id / --*-listen flags win over these.
+IOP_EDGE_ID = env_match("IOP_EDGE_ID", EDGE_ID_PATTERN, EDGE_ID_WHAT)
 IOP_EDGE_LISTEN = env_listen("IOP_EDGE_LISTEN")
 IOP_OPENAI_LISTEN = env_listen("IOP_OPENAI_LISTEN")
 IOP_ADMIN_LISTEN = env_listen("IOP_ADMIN_LISTEN")
