@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from daphne.server import Server
@@ -27,14 +28,17 @@ class EdgeServer(Server):  # type: ignore[misc]
 
     def __init__(
         self, application: Any, *, runtime: EdgeRuntime, public_port: int, grace_s: float,
-        **kwargs: Any,
+        on_ready: Callable[[], None] | None = None, **kwargs: Any,
     ) -> None:  # fmt: skip
         super().__init__(application, **kwargs)
         self.runtime = runtime
         self.public_port = public_port
         self.grace_s = grace_s
+        self.on_ready = on_ready
         self.ports: list[Any] = []
         self.listen_failures: list[str] = []
+        self.start_failures: list[str] = []
+        self._starting: asyncio.Future[None] | None = None
 
     def listen_error(self, failure: Any) -> None:
         """Remember why a listener could not bind; ``serve`` turns it into a non-zero exit."""
@@ -44,8 +48,25 @@ class EdgeServer(Server):  # type: ignore[misc]
     def run(self) -> None:
         from twisted.internet import reactor
 
-        reactor.callLater(0, self.runtime.start)  # first thing once the loop runs
+        reactor.callLater(0, self._start_runtime)  # first thing once the loop runs
         super().run()
+
+    def _start_runtime(self) -> None:
+        self.runtime.start()
+        self._starting = asyncio.ensure_future(self.runtime.start_companions())
+        self._starting.add_done_callback(self._started)
+
+    def _started(self, done: asyncio.Future[None]) -> None:
+        """Ready once the runtime's companions run (scale-out: the pool engine, the run
+        router); a companion that cannot start stops the Edge with its reason."""
+        if done.cancelled():
+            return
+        failure = done.exception()
+        if failure is not None:
+            self.start_failures.append(str(failure) or type(failure).__name__)
+            self.stop()
+        elif self.on_ready is not None and not self.listen_failures:
+            self.on_ready()
 
     def listen_success(self, port: Any) -> None:
         self.ports.append(port)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -56,6 +57,29 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_match(name: str, pattern: str, what: str) -> str | None:
+    """NAME when it is set and fully matches ``pattern``; None when unset or empty."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    if not re.fullmatch(pattern, raw):
+        raise ImproperlyConfigured(f"{name}: must be {what}, got {raw!r}")
+    return raw
+
+
+def env_listen(name: str) -> str | None:
+    """A ``HOST:PORT`` listen address (IPv6 as ``[addr]:port``), or None when unset."""
+    from catalog.config.addresses import parse_host_port
+
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return str(parse_host_port(raw))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: {exc}, got {raw!r}") from None
 
 
 def env_secret(name: str, fallback_file: Path) -> str:

@@ -9,8 +9,10 @@ queue (R-REF-3).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from catalog.config import EdgeSnapshot
@@ -25,20 +27,32 @@ from pool.policy import policy_from_snapshot
 
 __all__ = ["ApplyOutcome", "EdgeRuntime"]
 
+log = logging.getLogger("iop.edge")
+
 
 class EdgeRuntime:
     def __init__(
         self,
         snapshot: EdgeSnapshot,
         *,
+        revision: int | None = None,
+        pool: PoolEngine | None = None,
         clock: Callable[[], float] = time.monotonic,
         heartbeat_interval_s: float = 15.0,
         heartbeat_timeout_s: float = 45.0,
         loop_lag_interval_s: float = INTERVAL_S,
     ) -> None:
         self._snapshot = snapshot
+        self.revision = revision  # the active revision this Edge runs (None: not from one)
         self.started_at = time.time()
-        self.pool: PoolEngine = ProviderPool(policy_from_snapshot(snapshot), clock=clock)
+        self.pool: PoolEngine = (
+            pool
+            if pool is not None
+            else ProviderPool(policy_from_snapshot(snapshot, version=revision or 0), clock=clock)
+        )
+        # Started with the runtime, closed after it in reverse (scale-out: iop_site.scale).
+        self.companions: list[Any] = []
+        self._started: list[Any] = []
         self.health = HealthWatch(self.pool, clock)
         self.hub = NodeHub(
             lambda: self._snapshot,
@@ -58,6 +72,27 @@ class EdgeRuntime:
         from the running loop."""
         self.loop_lag.start()
 
+    async def start_companions(self) -> None:
+        """Start the companions in order; one that fails is raised after the started ones
+        are closed again."""
+        for part in self.companions:
+            if part in self._started:
+                continue
+            try:
+                await part.start()
+            except BaseException:
+                await self._close_companions()
+                raise
+            self._started.append(part)
+
+    async def _close_companions(self) -> None:
+        while self._started:
+            part = self._started.pop()
+            try:
+                await part.aclose()
+            except Exception as exc:  # one that fails to close must not keep the rest open
+                log.error("closing %s failed: %s", type(part).__name__, type(exc).__name__)
+
     @property
     def snapshot(self) -> EdgeSnapshot:
         return self._snapshot
@@ -66,6 +101,7 @@ class EdgeRuntime:
         """The pool snapshot as a dict (R-POOL-8); call it on the loop that owns the pool."""
         status = self.pool.snapshot().as_dict()
         status["gate"] = self.gate.by_provider()  # Stream Evidence Gate counts (R-SEG-6)
+        status["revision"] = self.revision  # which revision this Edge runs (R-SCALE-3)
         return status
 
     def relay_status(self) -> dict[str, int]:
@@ -77,20 +113,47 @@ class EdgeRuntime:
             "relay_held_streams": held,
         }
 
-    async def apply(self, snapshot: EdgeSnapshot) -> ApplyOutcome:
-        """Install an already validated and classified snapshot; applies are serialized."""
+    async def apply(self, snapshot: EdgeSnapshot, *, revision: int | None = None) -> ApplyOutcome:
+        """Install an already validated and classified snapshot (of the active ``revision``);
+        applies are serialized."""
+        async with self._lock():
+            return await self._install(snapshot, revision)
+
+    async def follow(
+        self, snapshot: EdgeSnapshot, *, revision: int, seen: int | None
+    ) -> ApplyOutcome | None:
+        """Install ``revision``, activated by another Edge, unless this Edge's revision is no
+        longer ``seen`` (a local apply ran since it was read): then None (R-SCALE-3)."""
+        async with self._lock():
+            if self.revision != seen:
+                return None
+            return await self._install(snapshot, revision)
+
+    def _lock(self) -> asyncio.Lock:
         if self._apply_lock is None:
             self._apply_lock = asyncio.Lock()
-        async with self._apply_lock:
-            # All or nothing: if the policy or the pool refuses it, the old snapshot stays.
-            self.pool.apply(policy_from_snapshot(snapshot))
-            self._snapshot = snapshot
-            pushed = await self.hub.push_refresh()
+        return self._apply_lock
+
+    async def _install(self, snapshot: EdgeSnapshot, revision: int | None) -> ApplyOutcome:
+        # Listen addresses are per Edge (iop_site.edge_local) and restart-required: an applied
+        # document never moves a listener, so the running ones stay in the snapshot.
+        current = self._snapshot
+        snapshot = replace(
+            snapshot,
+            edge_listen=current.edge_listen,
+            admin_listen=current.admin_listen,
+            openai_listen=current.openai_listen,
+        )
+        # All or nothing: if the policy or the pool refuses it, the old snapshot stays.
+        self.pool.apply(policy_from_snapshot(snapshot, version=revision or 0))
+        self._snapshot = snapshot
+        self.revision = revision
+        pushed = await self.hub.push_refresh()
         return ApplyOutcome(pushed_nodes=tuple(pushed))
 
     async def aclose(self) -> None:
         self.health.close()
         self.loop_lag.stop()
         await self.hub.aclose()
-        await self.pool.aclose()
         await self.meter.aclose()
+        await self._close_companions()  # the pool engine last: it hands back what the hub freed

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 from catalog.config import EdgeSnapshot
@@ -41,9 +42,24 @@ class ListenError(RuntimeError):
         self.failures = failures
 
 
-def serve(snapshot: EdgeSnapshot, *, on_ready: Callable[[], None] | None = None) -> None:
+class StartError(RuntimeError):
+    """Something the Edge runs beside its listeners could not start: the Edge stopped."""
+
+    def __init__(self, failures: list[str]) -> None:
+        super().__init__("; ".join(failures))
+        self.failures = failures
+
+
+def serve(
+    snapshot: EdgeSnapshot,
+    *,
+    revision: int | None = None,
+    edge_id: str = "edge",
+    on_ready: Callable[[], None] | None = None,
+) -> None:
     """Run until SIGINT/SIGTERM, then drain. daphne.server must be imported before the reactor.
-    Raises ``TLSFileError`` before listening when a TLS file cannot be used (R-TLS-1)."""
+    Raises ``TLSFileError`` before listening when a TLS file cannot be used (R-TLS-1), and
+    ``ScaleOutRefused`` when scale-out is set but cannot run (iop_site.scale)."""
     import daphne.server  # noqa: F401  (installs the asyncio reactor first)
 
     from iop_site.tls import Endpoints, listeners
@@ -61,22 +77,36 @@ def serve(snapshot: EdgeSnapshot, *, on_ready: Callable[[], None] | None = None)
     from django.conf import settings
 
     from edgekit.running import attach_runtime
+    from iop_site import scale
     from iop_site.asgi import build_application
     from iop_site.edge_server import EdgeServer
     from iop_site.runtime import EdgeRuntime
     from nodes.heap import settle_heap
+    from pool.policy import policy_from_snapshot
 
+    clock = time.monotonic
+    pool = scale.build_pool(
+        policy_from_snapshot(snapshot, version=revision or 0),
+        scale=settings.IOP_SCALE,
+        edge_id=edge_id,
+        clock=clock,
+    )
     runtime = EdgeRuntime(
         snapshot,
+        revision=revision,
+        pool=pool,
+        clock=clock,
         heartbeat_interval_s=settings.IOP_NODE_HEARTBEAT_INTERVAL_S,
         heartbeat_timeout_s=settings.IOP_NODE_HEARTBEAT_TIMEOUT_S,
     )
+    runtime.companions = scale.companions(runtime, scale=settings.IOP_SCALE, edge_id=edge_id)
     attach_runtime(runtime)
     server = EdgeServer(
         build_application(runtime),
         runtime=runtime,
         public_port=snapshot.openai_listen.port,
         grace_s=settings.IOP_SHUTDOWN_GRACE_S,
+        on_ready=on_ready,
         endpoints=endpoints.descriptions,
         signal_handlers=True,
         action_logger=None,  # the access log writes on the loop (docs/architecture.md)
@@ -84,10 +114,11 @@ def serve(snapshot: EdgeSnapshot, *, on_ready: Callable[[], None] | None = None)
         websocket_max_message_size=wire.MAX_MESSAGE_BYTES,
         websocket_max_frame_size=wire.MAX_MESSAGE_BYTES,
         application_close_timeout=10,
-        ready_callable=on_ready,
         verbosity=0,
     )
     settle_heap()  # the collector's pauses were the long tail (docs/performance.md)
     server.run()
     if server.listen_failures:
         raise ListenError(server.listen_failures)
+    if server.start_failures:
+        raise StartError(server.start_failures)

@@ -6,14 +6,18 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
+from iop_site.edge_local import EDGE_ID_PATTERN, EDGE_ID_WHAT
 from iop_site.env import (
     database_from_url,
     env_bool,
     env_float,
     env_int,
     env_list,
+    env_listen,
+    env_match,
     env_secret,
 )
+from iop_site.scale import ScaleSettings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("IOP_VAR_DIR", BASE_DIR / "var"))
@@ -133,6 +137,17 @@ SPECTACULAR_SETTINGS = {
 
 # Where the Edge reads its config when no revision is active yet (runedge --config overrides).
 IOP_CONFIG_FILE = os.environ.get("IOP_CONFIG_FILE", str(BASE_DIR / "configs" / "edge.yaml"))
+
+# Per Edge, beside the shared config document (docs/configuration.md, "Per Edge"): this
+# Edge's id and listen addresses; runedge's --edge-id / --*-listen flags win over these.
+IOP_EDGE_ID = env_match("IOP_EDGE_ID", EDGE_ID_PATTERN, EDGE_ID_WHAT)
+IOP_EDGE_LISTEN = env_listen("IOP_EDGE_LISTEN")
+IOP_OPENAI_LISTEN = env_listen("IOP_OPENAI_LISTEN")
+IOP_ADMIN_LISTEN = env_listen("IOP_ADMIN_LISTEN")
+
+# Scale-out (several Edges on one PostgreSQL and one Redis, R-SCALE-2): on when IOP_REDIS_URL
+# is set; read once here (iop_site.scale.ScaleSettings, docs/configuration.md).
+IOP_SCALE = ScaleSettings.from_env()
 
 # Edge -> Node heartbeats: a ping every interval; a Node silent for the timeout is gone.
 IOP_NODE_HEARTBEAT_INTERVAL_S = env_float("IOP_NODE_HEARTBEAT_INTERVAL_S", 15.0, minimum=0.05)

@@ -7,7 +7,8 @@ from pool.engine import HealthPolicy, PoolPolicy, PoolProvider
 from pool.translate.plan import served_capabilities
 
 
-def policy_from_snapshot(snapshot: EdgeSnapshot) -> PoolPolicy:
+def policy_from_snapshot(snapshot: EdgeSnapshot, *, version: int = 0) -> PoolPolicy:
+    """The pool's policy for ``snapshot``; ``version`` is the active revision id."""
     providers = tuple(
         PoolProvider(
             node_id=spec.node_id,
@@ -33,4 +34,5 @@ def policy_from_snapshot(snapshot: EdgeSnapshot) -> PoolPolicy:
             eject_base_s=snapshot.eject_base_s,
             eject_max_s=snapshot.eject_max_s,
         ),
+        version=version,
     )

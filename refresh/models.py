@@ -7,8 +7,27 @@ started with or last applied. Revisions are history: rows are never deleted.
 from __future__ import annotations
 
 from django.conf import settings
-from django.db import models
+from django.db import connection, models
 from django.utils import timezone
+
+# pg_advisory_xact_lock key of "who changes the active revision" (an arbitrary constant).
+_REVISION_LOCK_KEY = 0x10_70_5E_F1
+
+
+def active_for_change() -> ConfigRevision | None:
+    """Inside a transaction: wait until no other process (any Edge on this database) is
+    changing the active revision, then read it, locked until commit.
+
+    ``SELECT ... WHERE is_active FOR UPDATE`` alone is not enough on PostgreSQL: the second of
+    two concurrent applies waits on the old active row, then finds it no longer active and
+    reads no active revision at all. The advisory lock comes first, so the read that follows
+    sees the winner's commit (R-SCALE-3, docs/refresh.md). SQLite needs none: its
+    transactions take the write lock when they begin (settings: IMMEDIATE).
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_REVISION_LOCK_KEY])
+    return ConfigRevision.objects.select_for_update().filter(is_active=True).first()
 
 
 class ConfigRevision(models.Model):

@@ -37,7 +37,7 @@ from refresh.candidate import (
     stale,
     with_ids,
 )
-from refresh.models import ConfigRevision
+from refresh.models import ConfigRevision, active_for_change
 from refresh.report import Report, diff_report, error_report
 
 log = logging.getLogger("iop.refresh")
@@ -144,7 +144,7 @@ def apply_revision(runtime: RunningEdge | None, revision: ConfigRevision, *, act
         return no_runtime(revision)
     with _APPLY_LOCK:
         with transaction.atomic():
-            active = ConfigRevision.objects.select_for_update().filter(is_active=True).first()
+            active = active_for_change()
             committed = _commit(runtime, revision, active, _label(actor))
         return _swap(runtime, committed, _label(actor))
 
@@ -170,7 +170,7 @@ def apply_document(
         return no_runtime()
     with _APPLY_LOCK:
         with transaction.atomic():  # the row is recorded with its outcome, never alone
-            active = ConfigRevision.objects.select_for_update().filter(is_active=True).first()
+            active = active_for_change()
             active_id = active.pk if active else None
             if parent is not None and parent != active_id:
                 return Outcome(stale(APPLY, "the candidate", parent, active_id), STALE)
@@ -207,7 +207,7 @@ def with_active(outcome: Outcome) -> Outcome:
 def stage_revision(revision: ConfigRevision, *, actor: Any) -> Outcome:
     """Mark a revision to become active at the next start (for restart-required changes)."""
     with _APPLY_LOCK, transaction.atomic():
-        active = ConfigRevision.objects.select_for_update().filter(is_active=True).first()
+        active = active_for_change()
         refusal = _check(revision, active, STAGE)
         if refusal is not None:
             return refusal
@@ -255,9 +255,10 @@ def _commit(
             assert candidate.refusal is not None
             return _refuse(revision, candidate.refusal, INVALID)
         snapshot = candidate.snapshot
-    report = diff_report(
-        runtime.snapshot.document, snapshot.document, mode=APPLY, outcome="applied"
-    )
+    # Compared with the active revision: with several Edges it may be newer than what this
+    # Edge runs until its watcher catches up (R-SCALE-3); with one Edge they are the same.
+    base = active.document if active is not None else runtime.snapshot.document
+    report = diff_report(base, snapshot.document, mode=APPLY, outcome="applied")
     report = with_ids(report, revision, active)
     if report.restart_required_paths:
         refused = report.but(outcome="refused_restart_required")
@@ -283,7 +284,7 @@ def _swap(runtime: RunningEdge, committed: _Committed | Outcome, actor: str) -> 
     revision = committed.revision
     try:
         # The swap runs on the Edge's event loop (pool re-evaluation, Node pushes).
-        outcome = async_to_sync(runtime.apply)(committed.snapshot)
+        outcome = async_to_sync(runtime.apply)(committed.snapshot, revision=revision.pk)
     except Exception as exc:
         return _swap_failed(runtime, committed, actor, exc)
     report = committed.report.but(applied=True, pushed_nodes=tuple(outcome.pushed_nodes))

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import transaction
 
 from catalog.config import ConfigError, EdgeSnapshot, load_file, load_snapshot
-from refresh.models import ConfigRevision
+from refresh.models import ConfigRevision, active_for_change
 from refresh.report import diff_report, error_report
 
 log = logging.getLogger("iop.refresh")
@@ -24,8 +24,13 @@ Source = ConfigRevision.Source
 
 def startup_snapshot(config_file: str | None) -> EdgeSnapshot:
     """The snapshot to start with; raise ConfigError (every issue by path) when it is invalid."""
+    return startup_revision(config_file)[0]
+
+
+def startup_revision(config_file: str | None) -> tuple[EdgeSnapshot, int]:
+    """The snapshot to start with and the id of its (now active) revision."""
     with transaction.atomic():
-        active = ConfigRevision.objects.select_for_update().filter(is_active=True).first()
+        active = active_for_change()
         active = activate_staged(active)
         if config_file:
             snapshot = load_file(config_file)
@@ -37,9 +42,9 @@ def startup_snapshot(config_file: str | None) -> EdgeSnapshot:
             snapshot, source, label = _first_config()
             active = _activate(snapshot, None, source, label)
         running = load_snapshot(active.document)
-    _seed_catalog(active)
+        _seed_catalog(active)  # under the lock: two Edges starting at once seed it once
     log.info("starting with revision %s", active.pk)
-    return running
+    return running, active.pk
 
 
 def activate_staged(active: ConfigRevision | None) -> ConfigRevision | None:

@@ -117,7 +117,11 @@ def test_field_shapes_are_checked():
 
 
 def test_missing_keys_and_non_mapping_documents():
-    assert errors_of({}) == ["node_id: is required", "edge_url: is required", "token: is required"]
+    assert errors_of({}) == [
+        "node_id: is required",
+        "token: is required",
+        "edge_url: is required (or edge_urls: a list of Edge URLs)",
+    ]
     assert errors_of(["not", "a", "mapping"]) == ["(root): must be a mapping"]
 
 

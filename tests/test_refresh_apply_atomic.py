@@ -102,9 +102,9 @@ def test_the_rows_are_committed_before_the_running_edge_swaps(transactional_db, 
         finally:
             connection.close()  # this thread's own connection
 
-    async def observing(snapshot: Any) -> Any:
+    async def observing(snapshot: Any, *, revision: int | None = None) -> Any:
         seen.append(await sync_to_async(active_elsewhere, thread_sensitive=False)())
-        return await real_apply(snapshot)
+        return await real_apply(snapshot, revision=revision)
 
     monkeypatch.setattr(edge, "apply", observing)
     outcome = services.apply_document(

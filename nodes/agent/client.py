@@ -113,6 +113,7 @@ class NodeClient:
         self.generation: int | None = None
         self.router: Router | None = None
         self._serving = False
+        self._ready_seen = False  # the current attempt reached ready
         self._stopping = asyncio.Event()
 
     def stop(self) -> None:
@@ -122,11 +123,21 @@ class NodeClient:
             self.router.accepting = False
 
     async def run(self) -> None:
+        urls = self.config.urls
+        index = tried = 0  # tried: attempts since the Node was last ready
         try:
             while not self._stopping.is_set():
-                await self._attempt()
+                self._ready_seen = False
+                await self._attempt(urls[index])
                 if self._stopping.is_set():
                     break
+                # Several Edges (docs/node.md): on losing one, the next at once; the backoff
+                # only after a whole round of them failed.
+                index = (index + 1) % len(urls)
+                tried = 1 if self._ready_seen else tried + 1
+                if tried < len(urls):
+                    continue
+                tried = 0
                 delay = self.backoff.next()
                 log.info("reconnecting in %.1fs", delay)
                 with contextlib.suppress(TimeoutError):
@@ -136,8 +147,8 @@ class NodeClient:
             await self.registries.aclose()
         log.info("stopped")
 
-    async def _attempt(self) -> None:
-        session = asyncio.create_task(self._connect_once(), name="node-session")
+    async def _attempt(self, url: str) -> None:
+        session = asyncio.create_task(self._connect_once(url), name="node-session")
         stop_wait = asyncio.create_task(self._stopping.wait())
         try:
             await asyncio.wait({session, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
@@ -149,8 +160,7 @@ class NodeClient:
         finally:
             stop_wait.cancel()
 
-    async def _connect_once(self) -> None:
-        url = self.config.edge_url
+    async def _connect_once(self, url: str) -> None:
         try:
             token = resolve_secret(self.config.token.as_secret_ref(), what="token")
         except SecretError as exc:
@@ -172,7 +182,7 @@ class NodeClient:
                 open_timeout=self.open_timeout_s,
                 close_timeout=self.close_timeout_s,
                 logger=_ws_log,
-                ssl=tls_context(self.config),
+                ssl=tls_context(self.config, url),
             ) as ws:
                 await self._serve(ws)
         except InvalidStatus as exc:
@@ -248,7 +258,7 @@ class NodeClient:
                 unavailable=dict(registry.errors),
             )
         )
-        self._serving = True
+        self._serving = self._ready_seen = True
         self.generation = first.generation
         self.backoff.reset()
         log.info(
@@ -302,10 +312,11 @@ class NodeClient:
                 await send(wire.Ping(ts=time.time()))
 
 
-def tls_context(config: NodeConfig) -> ssl.SSLContext | None:
-    """For wss://: verify the Edge against tls.ca_file (else the system store), TLS 1.2+,
-    and present tls.cert_file when configured (R-TLS-2). None for ws://."""
-    if not config.edge_url.startswith("wss://"):
+def tls_context(config: NodeConfig, url: str | None = None) -> ssl.SSLContext | None:
+    """For a wss:// ``url`` (default: the first Edge URL): verify the Edge against
+    tls.ca_file (else the system store), TLS 1.2+, and present tls.cert_file when configured
+    (R-TLS-2). None for ws://."""
+    if not (url or config.urls[0]).startswith("wss://"):
         return None
     tls = config.tls
     context = ssl.create_default_context(cafile=tls.ca_file if tls else None)

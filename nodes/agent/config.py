@@ -1,6 +1,7 @@
 """node.yaml: load, validate, report every error with its path (R-AUTH-4).
 
-Keys: node_id, edge_url, token ({env}|{file}), tls {ca_file, cert_file, key_file},
+Keys: node_id, edge_url or edge_urls [...] (exactly one; docs/node.md, "Several Edges"),
+token ({env}|{file}), tls {ca_file, cert_file, key_file},
 allow_plaintext, policy {...} (nodes.agent.policy), limits {...} (nodes.agent.limits),
 credential_plane {...}.
 Unknown keys are rejected; a literal token is rejected; relative file paths are read
@@ -18,6 +19,7 @@ from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -134,9 +136,22 @@ class CredentialPlane(_Strict):
         return _file_ref(value, info)
 
 
+def _websocket_url(value: str) -> str:
+    if not value.startswith(("ws://", "wss://")):
+        raise ValueError("must start with ws:// or wss://")
+    if not urlsplit(value).path.endswith("/ws/node"):
+        raise ValueError("the path must end in /ws/node (ws://EDGE_HOST:PORT/ws/node)")
+    return value
+
+
+_EdgeUrl = Annotated[str, Field(strict=True, min_length=1), AfterValidator(_websocket_url)]
+
+
 class NodeConfig(_Strict):
     node_id: Annotated[str, Field(strict=True, min_length=1, pattern=r"^\S+$")]
-    edge_url: _NonEmpty
+    edge_url: _EdgeUrl | None = None
+    # Several Edges (R-SCALE-3): tried in turn when the connection is lost.
+    edge_urls: Annotated[list[_EdgeUrl], Field(min_length=1, max_length=64)] | None = None
     token: TokenRef
     tls: TlsConfig | None = None
     allow_plaintext: Annotated[bool, Field(strict=True)] = False
@@ -144,14 +159,13 @@ class NodeConfig(_Strict):
     limits: Limits = DEFAULT_LIMITS
     credential_plane: CredentialPlane | None = None
 
-    @field_validator("edge_url")
-    @classmethod
-    def _websocket_url(cls, value: str) -> str:
-        if not value.startswith(("ws://", "wss://")):
-            raise ValueError("must start with ws:// or wss://")
-        if not urlsplit(value).path.endswith("/ws/node"):
-            raise ValueError("the path must end in /ws/node (ws://EDGE_HOST:PORT/ws/node)")
-        return value
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """The Edges to dial, in order: ``edge_urls``, or the one ``edge_url``."""
+        if self.edge_urls:
+            return tuple(self.edge_urls)
+        assert self.edge_url is not None  # parse_config checks exactly one is given
+        return (self.edge_url,)
 
     @field_validator("token", mode="before")
     @classmethod
@@ -173,6 +187,8 @@ _MESSAGES: dict[str, Callable[[dict[str, Any]], str]] = {
     "string_type": lambda ctx: "must be a string",
     "bool_type": lambda ctx: "must be true or false",
     "list_type": lambda ctx: "must be a list",
+    "too_short": lambda ctx: f"must have at least {ctx['min_length']} item(s)",
+    "too_long": lambda ctx: f"must have at most {ctx['max_length']} item(s)",
     "string_too_short": lambda ctx: "must not be empty",
     "string_pattern_mismatch": lambda ctx: "must not contain whitespace",
     "model_type": lambda ctx: "must be a mapping",
@@ -206,23 +222,33 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _given_urls(data: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(path, value) of every Edge URL the document gives."""
+    urls = data.get("edge_urls")
+    listed = list(enumerate(urls)) if isinstance(urls, list) else []
+    single = [("edge_url", data["edge_url"])] if data.get("edge_url") is not None else []
+    return single + [(f"edge_urls[{index}]", url) for index, url in listed]
+
+
 def _cross_checks(data: dict[str, Any]) -> list[str]:
     """Rules across keys, checked on the raw document so they join the field errors."""
     errors = []
-    url = data.get("edge_url")
-    if isinstance(url, str) and url.startswith("ws://") and data.get("allow_plaintext") is not True:
-        host = urlsplit(url).hostname or ""
-        if not _is_loopback(host):
-            errors.append(
-                f"edge_url: ws:// to {host} (not loopback) sends the token and every prompt "
-                "in cleartext: use wss:// or set allow_plaintext: true (R-TLS-2)"
-            )
-    if (
-        data.get("credential_plane") is not None
-        and isinstance(url, str)
-        and not url.startswith("wss://")
-    ):
-        errors.append("edge_url: must use wss:// when credential_plane is set (R-AUTH-4)")
+    if data.get("edge_url") is None and data.get("edge_urls") is None:
+        errors.append("edge_url: is required (or edge_urls: a list of Edge URLs)")
+    elif data.get("edge_url") is not None and data.get("edge_urls") is not None:
+        errors.append("edge_urls: give edge_url or edge_urls, not both")
+    for path, url in _given_urls(data):
+        if not isinstance(url, str):
+            continue
+        if url.startswith("ws://") and data.get("allow_plaintext") is not True:
+            host = urlsplit(url).hostname or ""
+            if not _is_loopback(host):
+                errors.append(
+                    f"{path}: ws:// to {host} (not loopback) sends the token and every prompt "
+                    "in cleartext: use wss:// or set allow_plaintext: true (R-TLS-2)"
+                )
+        if data.get("credential_plane") is not None and not url.startswith("wss://"):
+            errors.append(f"{path}: must use wss:// when credential_plane is set (R-AUTH-4)")
     return errors
 
 

@@ -36,6 +36,16 @@ Modules
     ``send_chat(model, stream=False, token=None) -> HTTPConnection`` (sent, not read),
     ``stop()``.
     ``provider_row(snapshot, provider_id)``: a provider's row of a snapshot.
+``cluster``
+    ``Cluster(directory, *, database_url, edges=2, redis_url=None, lease_ttl_s=2.0,
+    revision_poll_s=0.2, **stack_kwargs)``: a ``Stack`` with N Edges (ids ``edge-i``, own
+    ports via the runedge flags) on a new PostgreSQL database (dropped at ``stop()``) and one
+    config document; every Node lists every Edge (``edge_urls``), the k-th starting at Edge
+    k mod N. With ``redis_url`` (``scale_out_redis_url()``: ``IOP_TEST_REDIS_URL`` when the
+    build can run scale-out) the Edges run in scale-out mode under a random key prefix
+    (deleted at ``stop()``). ``edges[i]`` (``openai_url``, ``control_url``, ``node_url``,
+    ``pool_snapshot()``), ``edge_of(node_id)`` (from the Node's log), ``chat(i)``,
+    ``kill_edge(i)``, ``start_edge(i)``, ``database_url``. ``scripts/scale_local.py`` runs it.
 ``processes``
     ``ROOT``, ``sha256_hex(text)``, ``child_env()``, ``Proc``, the migrated database template.
 ``ports``

@@ -1,4 +1,6 @@
-"""python manage.py runedge [--config FILE]: start the Edge on the listeners of its config."""
+"""python manage.py runedge [--config FILE] [--edge-id ID] [--edge-listen HOST:PORT]
+[--openai-listen HOST:PORT] [--admin-listen HOST:PORT]: start the Edge on the listeners of its
+config; the flags win over IOP_EDGE_ID / IOP_*_LISTEN (docs/configuration.md)."""
 
 from __future__ import annotations
 
@@ -15,21 +17,62 @@ class Command(BaseCommand):
         parser.add_argument(
             "--config", help="config file to make the active revision (config as code)"
         )
+        parser.add_argument("--edge-id", help="this Edge's id (default: IOP_EDGE_ID)")
+        for role, what in (
+            ("edge", "Node websocket"),
+            ("openai", "public API"),
+            ("admin", "control"),
+        ):
+            parser.add_argument(
+                f"--{role}-listen",
+                metavar="HOST:PORT",
+                help=f"{what} listener of this Edge (default: IOP_{role.upper()}_LISTEN, "
+                f"else the config's {role}.listen)",
+            )
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django.conf import settings
 
         from catalog.config import ConfigError
-        from iop_site.server import ListenError, serve
+        from iop_site import scale
+        from iop_site.edge_local import EdgeLocal, LocalSettingError
+        from iop_site.server import ListenError, StartError, serve
         from iop_site.tls import TLSFileError, listeners
-        from refresh.startup import startup_snapshot
+        from refresh.startup import startup_revision
 
         try:
-            snapshot = startup_snapshot(options.get("config"))
+            local = EdgeLocal.from_settings(
+                settings,
+                edge_id=options.get("edge_id"),
+                edge_listen=options.get("edge_listen"),
+                openai_listen=options.get("openai_listen"),
+                admin_listen=options.get("admin_listen"),
+            )
+        except LocalSettingError as exc:
+            raise CommandError(str(exc)) from None
+        database = str(settings.DATABASES["default"]["ENGINE"])
+        reason = scale.refusal(settings.IOP_SCALE, database)  # before writing any revision
+        if reason is not None:
+            raise CommandError(f"cannot start: {reason}")
+        try:
+            snapshot, revision = startup_revision(options.get("config"))
         except ConfigError as exc:
             for issue in exc.issues:
                 self.stderr.write(str(issue))
             raise CommandError(f"invalid config: {len(exc.issues)} error(s)") from None
+        try:
+            snapshot = local.localize(snapshot)  # this process only: the revision is shared
+        except LocalSettingError as exc:
+            raise CommandError(str(exc)) from None
+        edge_id = local.resolved_edge_id(snapshot)
+        reason = scale.refusal(settings.IOP_SCALE, database, snapshot)
+        if reason is not None:
+            raise CommandError(f"cannot start: {reason}")
+        if settings.IOP_SCALE.enabled:
+            try:
+                scale.check_edge_id_free(settings.IOP_SCALE, edge_id)
+            except scale.ScaleOutRefused as exc:
+                raise CommandError(f"cannot start: {exc}") from None
         if snapshot.credential_plane is not None:  # R-MGD-4: every managed key readable
             from nodes.envelope import KeyFileError
             from pool.http.managed import ManagedPlane
@@ -50,8 +93,8 @@ class Command(BaseCommand):
             sys.stdout.flush()
 
         try:
-            serve(snapshot, on_ready=ready)
-        except TLSFileError as exc:
+            serve(snapshot, revision=revision, edge_id=edge_id, on_ready=ready)
+        except (TLSFileError, scale.ScaleOutRefused, StartError) as exc:
             raise CommandError(f"cannot start: {exc}") from None
         except ListenError as exc:
             for failure in exc.failures:
