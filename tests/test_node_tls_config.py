@@ -33,7 +33,11 @@ def test_plain_ws_to_loopback_needs_no_permission_r_tls_2(tmp_path, url):
 
 @pytest.mark.parametrize(
     "url",
-    ["ws://10.0.0.5:7700/ws/node", "ws://edge.example:7700/ws/node", "ws://127.0.0.1.nip.io/ws/node"],
+    [
+        "ws://10.0.0.5:7700/ws/node",
+        "ws://edge.example:7700/ws/node",
+        "ws://127.0.0.1.nip.io/ws/node",
+    ],
 )
 def test_plain_ws_to_another_host_is_refused_unless_allowed_r_tls_2(tmp_path, url):
     errors = _errors(_doc(url), tmp_path)

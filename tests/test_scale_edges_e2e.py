@@ -34,9 +34,7 @@ needs_postgres = pytest.mark.skipif(
     reason="needs PostgreSQL: set IOP_TEST_DATABASE_URL=postgresql://... (Edges share it)",
 )
 pytestmark = pytest.mark.slow
-SCALE_OUT_SKIP = (
-    "scale-out needs Redis: set IOP_TEST_REDIS_URL=redis://..."
-)
+SCALE_OUT_SKIP = "scale-out needs Redis: set IOP_TEST_REDIS_URL=redis://..."
 
 
 @pytest.fixture

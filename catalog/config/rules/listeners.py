@@ -25,8 +25,6 @@ def check_listener_ports(ctx: Context, issues: Issues) -> None:
             continue
         port = parse_host_port(doc.listen).port
         if port in seen:
-            issues.add(
-                (section, "listen"), f"port {port} is already used by {seen[port]}.listen"
-            )
+            issues.add((section, "listen"), f"port {port} is already used by {seen[port]}.listen")
         else:
             seen[port] = section
