@@ -3,7 +3,6 @@ documented defaults, refused at start naming the variable or flag and the reason
 
 from __future__ import annotations
 
-import importlib.util
 from types import SimpleNamespace
 
 import pytest
@@ -179,15 +178,12 @@ def test_without_redis_the_pool_is_the_in_memory_one_r_scale_1():
     assert type(pool) is ProviderPool
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("pool.engine_redis") is not None,
-    reason="this build has the Redis pool engine: the refusal cannot happen",
-)
-def test_scale_out_without_the_redis_engine_in_the_build_is_refused():
-    with pytest.raises(scale.ScaleOutRefused, match="no Redis pool engine"):
-        scale.build_pool(
-            policy_from_snapshot(snapshot()), scale=REDIS_ON, edge_id="e", clock=lambda: 0.0
-        )
+def test_with_redis_the_pool_is_the_shared_redis_engine_r_scale_2():
+    from pool.engine_redis import RedisPool
+
+    policy = policy_from_snapshot(snapshot())
+    pool = scale.build_pool(policy, scale=REDIS_ON, edge_id="e", clock=lambda: 0.0)
+    assert type(pool) is RedisPool  # built, not started: nothing reached Redis yet
 
 
 def test_scale_out_with_managed_mode_is_refused_with_the_reason():
