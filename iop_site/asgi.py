@@ -83,7 +83,7 @@ def build_application(runtime: EdgeRuntime | None) -> ASGIApp:
         role = roles.get(server[1])
         path = scope.get("path", "")
         if role == "openai" and kind == "http":
-            if path.startswith("/v1/") or path == "/metrics":
+            if path.startswith("/v1/") or path in ("/metrics", "/healthz"):
                 await openai_app(scope, receive, send)
             else:
                 await site(scope, receive, send)

@@ -3,8 +3,9 @@
 Starts N Edges (one config document, per-Edge ids and ports from the runedge flags) on a new
 database of the local PostgreSQL, M Nodes that list every Edge, and one fake OpenAI-compatible
 upstream, all on loopback; prints every URL and the client token; Ctrl-C stops everything
-and drops the database. With ``--redis`` (or IOP_REDIS_URL) the Edges run in scale-out mode
-under a fresh key prefix, deleted at the end. The test harness is the same code
+and drops the database. The Edges run in scale-out mode on the local Redis (``--redis``,
+default IOP_REDIS_URL or redis://127.0.0.1:6379/0) under a fresh key prefix, deleted at the
+end. The test harness is the same code
 (``tests.support.cluster.Cluster``).
 """
 
@@ -35,8 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--redis",
-        default=os.environ.get("IOP_REDIS_URL"),
-        help="Redis URL: scale-out mode (default: IOP_REDIS_URL; unset: each Edge on its own)",
+        default=os.environ.get("IOP_REDIS_URL") or "redis://127.0.0.1:6379/0",
+        help="the Redis the Edges share (default: IOP_REDIS_URL, else the local one)",
     )
     parser.add_argument("--capacity", type=int, default=4, help="each provider's capacity")
     return parser
@@ -82,8 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_term)  # a supervisor's stop: the same as Ctrl-C
     try:
         cluster.start()
-        mode = f"scale-out (Redis prefix {cluster.redis_prefix})" if args.redis else "default"
-        print(f"{args.edges} Edges, {args.nodes} Nodes, mode {mode}, database {cluster.database}")
+        print(
+            f"{args.edges} Edges, {args.nodes} Nodes, scale-out (Redis prefix "
+            f"{cluster.redis_prefix}), database {cluster.database}"
+        )
         for handle in cluster.edges:
             print(
                 f"  {handle.edge_id}: api {handle.openai_url}/v1  node {handle.node_url}  "

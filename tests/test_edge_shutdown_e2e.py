@@ -37,6 +37,8 @@ def test_sigterm_drains_running_requests_then_writes_usage_and_exits(tmp_path) -
         for client in clients:
             client.start()
         stack.wait_until(lambda snap: snap["queue_depth"] == 1, timeout=10)
+        health = httpx.get(stack.v1_url.removesuffix("/v1") + "/healthz", timeout=5)
+        assert (health.status_code, health.json()) == (200, {"status": "ok"})  # no token
         edge = stack.edge.popen
         edge.send_signal(signal.SIGTERM)
         for client in clients:

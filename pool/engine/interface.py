@@ -43,6 +43,12 @@ class PoolEngine(Protocol):
         """Give the lease back; True the first time, False after (R-POOL-9)."""
         ...
 
+    @property
+    def reachable(self) -> bool:
+        """False while the engine's shared store cannot be reached (admissions then fail at
+        once); the in-memory engine is always reachable."""
+        ...
+
     def succeeded(self, lease: Lease) -> None:
         """The lease's upstream answered (R-HEALTH-2); call before ``release``."""
         ...

@@ -159,6 +159,11 @@ class ProviderPool:
         """Per-provider figures, queue depth and oldest wait (R-POOL-8)."""
         return self._core.snapshot()
 
+    @property
+    def reachable(self) -> bool:
+        """Always: the pool lives in this process."""
+        return True
+
     def idle(self) -> bool:
         """No lease and no waiter."""
         return self._core.idle()

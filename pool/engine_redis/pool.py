@@ -284,6 +284,11 @@ class RedisPool:
         self._refresh_view()
         return self._view
 
+    @property
+    def reachable(self) -> bool:
+        """False from the first call Redis did not answer until one it answers again."""
+        return not self._down
+
     def idle(self) -> bool:
         """No lease held and no waiter queued by this Edge."""
         return not self._held and not self._waiters and not any(j.acquire for j in self._jobs)

@@ -31,6 +31,9 @@ from pool.translate.plan import translated_needs
 log = logging.getLogger("iop.http")
 
 MODELS_PATH = "/v1/models"
+# For a load balancer in front of several Edges (docs/scale-out.md): no authentication, no
+# detail beyond one word; 503 while this Edge stops or cannot reach its shared pool.
+HEALTH_PATH = "/healthz"
 MODELS_PREFIX = "/v1/models/"
 
 
@@ -61,6 +64,9 @@ class OpenAIApp:
         path: str = scope["path"]
         if path == "/metrics":
             await self._metrics(scope, send)
+            return
+        if path == HEALTH_PATH:
+            await self._health(scope, send)
             return
         headers = dict(scope["headers"])
         endpoint = ENDPOINTS.get(path)
@@ -170,6 +176,23 @@ class OpenAIApp:
         if body is None or not caller.may_use(model):
             raise model_not_found(model)
         await ex.respond(200, body)
+
+    async def _health(self, scope: dict[str, Any], send: Any) -> None:
+        """200 ``{"status":"ok"}`` while this Edge takes new requests, else 503 with why."""
+        if scope["method"] not in ("GET", "HEAD"):
+            status, word = 405, "method_not_allowed"
+        elif self.runtime.draining:
+            status, word = 503, "draining"
+        elif not self.runtime.pool.reachable:
+            status, word = 503, "pool_unavailable"
+        else:
+            status, word = 200, "ok"
+        body = b'{"status":"%s"}' % word.encode()
+        headers = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send(
+            {"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body}
+        )
 
     async def _metrics(self, scope: dict[str, Any], send: Any) -> None:
         """The Prometheus scrape, only with the configured ``openai.metrics_token``."""

@@ -1,0 +1,58 @@
+"""``GET /healthz`` on the public listener: what a load balancer in front of several Edges
+asks (docs/scale-out.md). No token, one word, 503 when this Edge should get no new request."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pool.engine_redis import RedisPool
+from pool.http.app import OpenAIApp
+from pool.policy import policy_from_snapshot
+from tests.support.inprocess import Runtime, api, chat, document
+from tests.support.ports import free_port
+
+
+async def test_healthz_answers_ok_without_a_token() -> None:
+    app = OpenAIApp(Runtime(document()))
+    call = await api(app, "GET", "/healthz", token=None).done()
+    assert call.status == 200 and json.loads(call.body) == {"status": "ok"}
+    assert call.headers[b"cache-control"] == b"no-store"
+    head = await api(app, "HEAD", "/healthz", token=None).done()
+    assert head.status == 200 and head.body == b""
+
+
+async def test_healthz_is_503_draining_while_the_edge_stops() -> None:
+    runtime = Runtime(document())
+    runtime.draining = True
+    call = await api(OpenAIApp(runtime), "GET", "/healthz", token=None).done()
+    assert call.status == 503 and json.loads(call.body) == {"status": "draining"}
+
+
+async def test_healthz_refuses_other_methods() -> None:
+    call = await api(OpenAIApp(Runtime(document())), "POST", "/healthz", token=None).done()
+    assert call.status == 405
+
+
+async def test_healthz_is_503_while_the_shared_pool_cannot_be_reached_r_scale_2() -> None:
+    """Nothing listens on the Redis port: the request is a 503 ``pool_unavailable`` at once,
+    and the health check says so until Redis answers again."""
+    runtime: Any = Runtime(document())
+    pool = RedisPool(
+        policy_from_snapshot(runtime.snapshot),
+        redis_url=f"redis://127.0.0.1:{free_port()}/0",
+        prefix="iop-test-healthz",
+        edge_id="edge-h",
+        lease_ttl_s=1.0,
+    )
+    runtime.pool = pool
+    await pool.start()
+    try:
+        app = OpenAIApp(runtime)
+        refused = await api(app, "POST", "/v1/chat/completions", chat()).done()
+        assert refused.status == 503
+        assert json.loads(refused.body)["error"]["code"] == "pool_unavailable"
+        call = await api(app, "GET", "/healthz", token=None).done()
+        assert call.status == 503 and json.loads(call.body) == {"status": "pool_unavailable"}
+    finally:
+        await pool.aclose()
