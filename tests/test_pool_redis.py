@@ -17,18 +17,9 @@ from pool.engine import (
 )
 from pool.engine_redis import EdgeIdInUse, RedisPool
 from tests.support.pools import prov
-from tests.support.redis_pool import edges, needs_redis, policy, until
+from tests.support.redis_pool import edges, needs_redis, policy, queued, until
 
 pytestmark = needs_redis
-
-
-async def queued(pool: RedisPool, depth: int) -> None:
-    """Return once the global queue holds ``depth`` waiters."""
-    for _ in range(1000):
-        if (await pool.fetch_snapshot()).queue_depth == depth:
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"the queue never held {depth} waiters")
 
 
 async def test_r_scale_2_two_edges_never_exceed_one_provider_capacity() -> None:

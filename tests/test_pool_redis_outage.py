@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from pool.engine import PoolBackendUnavailable, PoolRecovering, QueueTimeout, Unavailable
-from pool.engine_redis import RedisPool
 from tests.support.pools import prov
 from tests.support.redis_pool import (
     crash,
@@ -19,17 +18,10 @@ from tests.support.redis_pool import (
     needs_redis,
     own_redis,
     policy,
+    queued,
 )
 
 TTL = 0.6
-
-
-async def queued(pool: RedisPool, depth: int) -> None:
-    for _ in range(1000):
-        if (await pool.fetch_snapshot()).queue_depth == depth:
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"the queue never held {depth} waiters")
 
 
 @needs_redis

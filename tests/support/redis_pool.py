@@ -178,3 +178,12 @@ async def crash(pool: RedisPool) -> None:
     if pool._redis is not None:
         await pool._redis.aclose()
     pool._redis = None  # aclose() has nothing left to do
+
+
+async def queued(pool: RedisPool, depth: int) -> None:
+    """Return once the global queue holds ``depth`` waiters."""
+    for _ in range(1000):
+        if (await pool.fetch_snapshot()).queue_depth == depth:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"the queue never held {depth} waiters")
