@@ -28,7 +28,9 @@ from tests.support.cluster import Cluster, scale_out_redis_url
 from tests.support.redis_pool import OwnRedis, own_redis
 from tests.support.scale_failures import (
     alive_key,
+    apply_document,
     ask,
+    at_once,
     client,
     eventually,
     read_pool,
@@ -303,3 +305,32 @@ def test_a_node_that_flaps_between_edges_settles_ready_on_exactly_one_r_scale_3(
         assert ask(cluster, index, "gpt-b", f"after flap {index}")[0] == 200
     assert not any(alive_key(cluster, i) is False for i in range(3))
     eventually(lambda: read_pool(cluster).idle(), "counters back to zero")
+
+
+def test_two_applies_at_once_leave_one_active_revision_on_every_edge_r_scale_3(cluster):
+    """Edges 0 and 1 apply at the same moment; all three Edges and the Redis policy end on
+    the one active revision (bound: IOP_REVISION_POLL_S + load, docs/scale-out.md)."""
+    import psycopg
+    import yaml
+
+    documents = []
+    for timeout_ms in (30001, 30002):
+        document = yaml.safe_load(cluster.config_path.read_text())
+        document["provider_pool"]["queue_timeout_ms"] = timeout_ms
+        documents.append(document)
+    results = at_once(
+        lambda: apply_document(cluster.edges[0].control_url, documents[0]),
+        lambda: apply_document(cluster.edges[1].control_url, documents[1]),
+    )
+    assert [status for status, _ in results] == [200, 200], results
+    with psycopg.connect(cluster.database_url) as db:
+        [(active,)] = db.execute(
+            "SELECT id FROM refresh_configrevision WHERE is_active"
+        ).fetchall()
+    assert active == max(report["revision"] for _, report in results)
+    took = eventually(
+        lambda: all(h.pool_snapshot()["revision"] == active for h in cluster.edges)
+        and read_pool(cluster).policy_version == active,
+        "every Edge and the Redis policy on the active revision",
+    )
+    measured("two applies at once -> every Edge on the active revision", took)

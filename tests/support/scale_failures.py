@@ -127,3 +127,39 @@ def set_peak(cluster: Cluster, name: str, value: int = 0) -> None:
         server.peak = value
 
     cluster.upstream(name).call(reset())
+
+
+def apply_document(url: str, document: dict[str, Any]) -> tuple[int, Any]:
+    """``POST /refresh`` mode apply on the control listener at ``url``: (status, report)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    body = json.dumps({"mode": "apply", "config": document}).encode()
+    request = urllib.request.Request(
+        url + "/refresh", data=body, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def at_once(*calls: Callable[[], Any]) -> list[Any]:
+    """Run the calls on threads released together; their results in order."""
+    import threading
+
+    results: list[Any] = [None] * len(calls)
+    gate = threading.Barrier(len(calls))
+
+    def run(index: int) -> None:
+        gate.wait()
+        results[index] = calls[index]()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return results
