@@ -28,9 +28,7 @@ async def queued(pool: RedisPool, depth: int) -> None:
     raise AssertionError(f"the queue never held {depth} waiters")
 
 
-async def test_r_scale_2_edges_with_clocks_hours_apart_keep_and_free_leases_on_redis_time() -> (
-    None
-):
+async def test_r_scale_2_edges_with_clocks_hours_apart_keep_and_free_leases_on_redis_time() -> None:
     async with edges() as group:
         pol = policy(prov("p1", cap=1))
         ahead = await group.start(pol, "edge-ahead", ttl=TTL, clock=skewed(HOUR))

@@ -13,8 +13,8 @@ import json
 import os
 import secrets
 from collections.abc import AsyncIterator
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis

@@ -17,7 +17,6 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -199,16 +198,18 @@ def test_an_edge_killed_mid_stream_loses_no_capacity_and_its_node_moves_r_scale_
         # The client of the dead Edge sees a broken connection, which it may retry.
         assert isinstance(out[0], (openai.APIConnectionError, httpx.TransportError)), out
     moved = eventually(
-        lambda: cluster.edge_of("node-1") not in (None, victim)
-        and read_pool(cluster).nodes.get("node-1")
-        == cluster.edges[cluster.edge_of("node-1") or 0].edge_id,
+        lambda: (
+            cluster.edge_of("node-1") not in (None, victim)
+            and read_pool(cluster).nodes.get("node-1")
+            == cluster.edges[cluster.edge_of("node-1") or 0].edge_id
+        ),
         "node-1 ready on another Edge",
     )
     measured("Edge SIGKILL -> its Node ready on another Edge", moved)
-    eventually(lambda: read_pool(cluster).idle(), "the dead Edge's leases expired")
-    measured("Edge SIGKILL -> its leases free", time.monotonic() - killed)
     eventually(lambda: in_upstreams(cluster, "a", "b") == 0, "the dead Edge's runs ended")
     measured("Edge SIGKILL -> its runs ended on the Nodes", time.monotonic() - killed)
+    eventually(lambda: read_pool(cluster).idle(), "the dead Edge's leases expired")
+    measured("Edge SIGKILL -> its leases free", time.monotonic() - killed)
     for hold in holds:
         hold.release()
     # The whole capacity (2 + 2) is there again, from the two live Edges.
@@ -330,13 +331,13 @@ def test_two_applies_at_once_leave_one_active_revision_on_every_edge_r_scale_3(c
     )
     assert [status for status, _ in results] == [200, 200], results
     with psycopg.connect(cluster.database_url) as db:
-        [(active,)] = db.execute(
-            "SELECT id FROM refresh_configrevision WHERE is_active"
-        ).fetchall()
+        [(active,)] = db.execute("SELECT id FROM refresh_configrevision WHERE is_active").fetchall()
     assert active == max(report["revision"] for _, report in results)
     took = eventually(
-        lambda: all(h.pool_snapshot()["revision"] == active for h in cluster.edges)
-        and read_pool(cluster).policy_version == active,
+        lambda: (
+            all(h.pool_snapshot()["revision"] == active for h in cluster.edges)
+            and read_pool(cluster).policy_version == active
+        ),
         "every Edge and the Redis policy on the active revision",
     )
     measured("two applies at once -> every Edge on the active revision", took)
