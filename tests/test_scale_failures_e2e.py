@@ -283,11 +283,15 @@ def test_redis_restarted_empty_under_load_is_a_clear_503_and_never_over_admits_r
         stop.set()
         for thread in threads:
             thread.join(30)
-    refused = {(r[3], r[4]) for r in results if r[0] > killed and r[3] != 200}
-    assert refused <= {(503, "pool_unavailable"), (503, "pool_recovering")}, refused
-    # A request in flight when Redis went away may lose its routed run: a clear error too.
-    cut = {(r[3], r[4]) for r in results if r[0] <= killed < r[1] and r[3] != 200}
-    assert cut <= refused | {(502, "upstream_error"), (503, "no_available_provider")}, cut
+    # Refused while Redis is gone or recovering: the two clear codes. A routed run whose
+    # relay lost Redis (in flight at the kill, or on a connection gone stale in the restart)
+    # ends with relay_unavailable: a 502 upstream_error (docs/scale-out.md). Nothing else.
+    failed = {(r[3], r[4]) for r in results if r[1] > killed and r[3] != 200}
+    assert {f for f in failed if f[0] == 503} <= {
+        (503, "pool_unavailable"),
+        (503, "pool_recovering"),
+    }, failed
+    assert {f for f in failed if f[0] != 503} <= {(502, "upstream_error")}, failed
     assert all(r[3] != 0 for r in results)  # none hung until the client gave up
     for name in ("a", "b"):
         assert cluster.upstream(name).server.peak <= CAPACITY[name]
