@@ -314,7 +314,11 @@ def test_a_node_that_flaps_between_edges_settles_ready_on_exactly_one_r_scale_3(
     )
     for index in range(3):
         assert ask(cluster, index, "gpt-b", f"after flap {index}")[0] == 200
-    assert not any(alive_key(cluster, i) is False for i in range(3))
+    for handle in cluster.edges:  # every Edge, restarted or not, sees p-b through Redis
+        assert alive_key(cluster, handle.index)
+        assert [
+            r["online"] for r in handle.pool_snapshot()["providers"] if r["provider_id"] == "p-b"
+        ] == [True]
     eventually(lambda: read_pool(cluster).idle(), "counters back to zero")
 
 
