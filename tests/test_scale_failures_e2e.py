@@ -316,9 +316,17 @@ def test_a_node_that_flaps_between_edges_settles_ready_on_exactly_one_r_scale_3(
         assert ask(cluster, index, "gpt-b", f"after flap {index}")[0] == 200
     for handle in cluster.edges:  # every Edge, restarted or not, sees p-b through Redis
         assert alive_key(cluster, handle.index)
-        assert [
-            r["online"] for r in handle.pool_snapshot()["providers"] if r["provider_id"] == "p-b"
-        ] == [True]
+        eventually(  # an Edge's /pool view is refreshed from Redis (docs/scale-out.md)
+            lambda handle=handle: (
+                [
+                    row["online"]
+                    for row in handle.pool_snapshot()["providers"]
+                    if row["provider_id"] == "p-b"
+                ]
+                == [True]
+            ),
+            f"p-b online on {handle.edge_id}",
+        )
     eventually(lambda: read_pool(cluster).idle(), "counters back to zero")
 
 
