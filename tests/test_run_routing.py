@@ -24,7 +24,8 @@ from redis.exceptions import RedisError
 from catalog.config import load_snapshot
 from nodes import wire
 from nodes.hub import NodeHub, NodeSession, NodeUnavailable
-from nodes.remote import REMOTE_WINDOW_CHARS, Output, RelayUnavailable, RunRouter
+from nodes.remote import REMOTE_WINDOW_CHARS, RelayUnavailable, RunRouter
+from nodes.remote_wire import Output
 from nodes.runs import RunOrder
 from pool.engine import Lease, ProviderPool
 from pool.policy import policy_from_snapshot
