@@ -10,13 +10,14 @@ requester's). Flow is bounded end to end: the owner relays at most ``window`` ch
 (``REMOTE_WINDOW_CHARS`` when the run has none) not yet credited back by the requester, and
 asks the Node for no more than that (R-IN-5). A peer Edge whose ``{P}:alive:{id}`` key is
 gone is dead: its runs fail with ``node_gone`` (requester side) or are cancelled on the Node
-(owner side) within ``ttl_s + check_s``. Redis silent for ``lost_after_s``: every routed run
-ends with ``relay_unavailable``. No Django here.
+(owner side) within ``ttl_s + check_s``. A failed read, or Redis silent for ``lost_after_s``:
+every routed run ends with ``relay_unavailable``. No Django here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable
@@ -295,6 +296,12 @@ class RunRouter:
             await self._send(requester, "replies", End(run_id, False, error))
         except RedisError as exc:
             log.warning("run %s for Edge %s not relayed: %s", run_id, requester, exc)
+            # Output was lost: the run ends here. Say so once more on a fresh connection (a
+            # stale one after a Redis restart fails once), else the requester would wait on a
+            # live owner for ever; if Redis is still away its own reader fails the run.
+            lost = wire.RunError(code="relay_unavailable", message="run routing lost output")
+            with contextlib.suppress(RedisError):
+                await self._send(requester, "replies", End(run_id, False, lost))
         finally:
             self._served.pop(key, None)
             if channel is not None:
@@ -354,6 +361,9 @@ class RunRouter:
                 )
             except RedisError as exc:
                 log.warning("run routing: cannot read from Redis (%s)", type(exc).__name__)
+                # A message sent to or by this Edge meanwhile may be lost (a failed XADD is not
+                # sent again; a restarted Redis lost the streams): no run may wait for it.
+                self._fail_all("relay_unavailable", "run routing between Edges lost Redis")
                 await asyncio.sleep(min(1.0, self.check_s))
                 continue
             self._last_ok = time.monotonic()

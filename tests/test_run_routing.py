@@ -14,15 +14,18 @@ import os
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from catalog.config import load_snapshot
 from nodes import wire
 from nodes.hub import NodeHub, NodeSession, NodeUnavailable
 from nodes.remote import REMOTE_WINDOW_CHARS, RelayUnavailable, RunRouter
+from nodes.remote_wire import Output
 from nodes.runs import RunOrder
 from pool.engine import Lease, ProviderPool
 from pool.policy import policy_from_snapshot
@@ -299,6 +302,68 @@ async def test_redis_going_away_mid_run_ends_the_run_with_relay_unavailable_r_sc
         if server.returncode is None:
             server.kill()
             await server.wait()
+
+
+async def test_redis_restarted_empty_mid_run_ends_the_run_with_relay_unavailable_r_scale_2():
+    """R-SCALE-2: Redis back on the same port at once, but what was sent meanwhile (and the
+    streams) is lost: the run still ends with a clear code instead of waiting forever."""
+    port = free_port()
+
+    async def redis_server() -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            *("redis-server", "--port", str(port), "--save", "", "--appendonly", "no"),
+            stdout=asyncio.subprocess.DEVNULL,
+        )
+
+    server = await redis_server()
+    try:
+        url = f"redis://127.0.0.1:{port}/0"
+        probe = aioredis.Redis.from_url(url)
+        await until_answers(probe)
+        async with two_edges(url) as edges:
+            channel = await edges.a.open_run(LEASE, order(), window=0)
+            await edges.run_request()
+            server.kill()
+            await server.wait()
+            server = await redis_server()  # empty, before the silence bound
+            await until_answers(probe)
+            await until_answers(edges.redis)
+            await edges.alive("edge-a")  # as the pool engines re-assert them
+            await edges.alive("edge-b")
+            router = edges.router_a
+            async with asyncio.timeout(router.lost_after_s + router.check_s + 2):
+                _, end = await read_all(channel)
+            assert end.error is not None and end.error.code == "relay_unavailable"
+        await probe.aclose()
+    finally:
+        if server.returncode is None:
+            server.kill()
+            await server.wait()
+
+
+async def test_output_the_owner_could_not_relay_ends_the_run_on_the_requester_r_scale_2(
+    edges, monkeypatch
+):
+    """R-SCALE-2: one relay send fails (a connection gone stale in a Redis restart) while
+    both Edges live on: the requester hears that the run ended instead of waiting for ever."""
+    send = edges.router_b._send
+    failed: list[str] = []
+
+    async def flaky(edge_id: str, kind: str, *messages: Any) -> None:
+        if not failed and any(isinstance(m, Output) for m in messages):
+            failed.append(edge_id)
+            raise RedisConnectionError("Connection closed by server.")
+        await send(edge_id, kind, *messages)
+
+    monkeypatch.setattr(edges.router_b, "_send", flaky)
+    channel = await edges.a.open_run(LEASE, order(), window=0)
+    request = await edges.run_request()
+    await edges.from_node(wire.RunEvent(run_id=request.run_id, data="lost"))
+    async with asyncio.timeout(5):
+        text, end = await read_all(channel)
+    assert failed == ["edge-a"] and text == ""
+    assert end.error is not None and end.error.code == "relay_unavailable"
+    await until(lambda: edges.node.cancelled(request.run_id), "the run cancelled on the Node")
 
 
 async def until_answers(client: aioredis.Redis) -> None:

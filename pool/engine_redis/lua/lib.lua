@@ -40,6 +40,10 @@ do
   end
 end
 local function recovering() return NOW - BORN < TTL end
+-- A lease outlives its Edge's alive key by half a TTL: when that Edge dies, the Edge serving
+-- its routed run cancels the run on the Node (alive key gone + TTL/3, docs/scale-out.md)
+-- before the capacity is free again, so the upstream never serves more than capacity.
+local LEASE_MS = TTL + math.floor(TTL / 2)
 
 local function meta(field) return redis.call('HGET', k('policy'), field) end
 local function meta_num(field) return num(meta(field)) end
@@ -162,5 +166,5 @@ local function take(pid, p, r, id, long, edge)
   redis.call('HSET', r.key, 'last_pick', S(redis.call('INCR', k('picks'))))
   redis.call('HSET', k('lease', id), 'edge', edge, 'provider', pid, 'node', p.n,
     'long', long and '1' or '0', 'epoch', EPOCH)
-  redis.call('ZADD', k('leases'), S(NOW + TTL), id)
+  redis.call('ZADD', k('leases'), S(NOW + LEASE_MS), id)
 end

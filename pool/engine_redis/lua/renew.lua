@@ -8,7 +8,7 @@ local lost, recreated = {}, 0
 for _, l in ipairs(a.leases) do
   local id, pid, nid, long, epoch = l[1], l[2], l[3], l[4] == 1, l[5]
   if redis.call('EXISTS', k('lease', id)) == 1 then
-    redis.call('ZADD', k('leases'), S(NOW + TTL), id)
+    redis.call('ZADD', k('leases'), S(NOW + LEASE_MS), id)
   else
     -- After a loss of data every lease is counted again; otherwise (this Edge was too slow)
     -- only when there is room, so capacity is never exceeded.
@@ -20,7 +20,7 @@ for _, l in ipairs(a.leases) do
       if long then redis.call('HINCRBY', key, 'long_in_flight', 1) end
       redis.call('HSET', k('lease', id), 'edge', EDGE, 'provider', pid, 'node', nid,
         'long', long and '1' or '0', 'epoch', EPOCH)
-      redis.call('ZADD', k('leases'), S(NOW + TTL), id)
+      redis.call('ZADD', k('leases'), S(NOW + LEASE_MS), id)
       recreated = recreated + 1
     else
       lost[#lost + 1] = id
