@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -27,6 +26,7 @@ import yaml
 from tests.support.cluster import Cluster, scale_out_redis_url, with_database
 from tests.support.config import provider
 from tests.support.processes import EDGE_YAML, ROOT, child_env, free_port, migrated_template
+from tests.support.scale_failures import apply_document, at_once
 
 DATABASE = os.environ.get("IOP_TEST_DATABASE_URL", "")
 needs_postgres = pytest.mark.skipif(
@@ -43,37 +43,6 @@ def cluster(tmp_path: Path):
         tmp_path, database_url=DATABASE, edges=2, redis_url=scale_out_redis_url()
     ) as running:
         yield running
-
-
-def post_refresh(url: str, document: dict[str, Any], parent: int | None) -> tuple[int, Any]:
-    body = {"mode": "apply", "config": document, "parent": parent}
-    request = urllib.request.Request(
-        url + "/refresh",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
-def at_once(*calls: Any) -> list[Any]:
-    """Run the calls on threads released together; their results in order."""
-    results: list[Any] = [None] * len(calls)
-    gate = threading.Barrier(len(calls))
-
-    def run(index: int) -> None:
-        gate.wait()
-        results[index] = calls[index]()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    return results
 
 
 def active_revisions(cluster: Cluster) -> list[tuple[int, int | None]]:
@@ -107,7 +76,9 @@ def test_a_node_moves_to_the_next_edge_when_its_edge_is_killed_r_scale_3(cluster
 @needs_postgres
 @pytest.mark.skipif(scale_out_redis_url() is None, reason=SCALE_OUT_SKIP)
 def test_an_apply_on_one_edge_is_active_on_the_other_within_the_poll_bound_r_scale_3(cluster):
-    status, report = post_refresh(cluster.edges[0].control_url, capacity_document(cluster, 3), None)
+    status, report = apply_document(
+        cluster.edges[0].control_url, capacity_document(cluster, 3), None
+    )
     assert status == 200, report
     deadline = time.monotonic() + 30
     while cluster.edges[1].pool_snapshot()["revision"] != report["revision"]:
@@ -125,8 +96,8 @@ def test_two_applies_on_the_same_parent_on_two_edges_at_once_one_wins_r_scale_3(
     [(parent, _)] = active_revisions(cluster)
     first, second = cluster.edges
     results = at_once(
-        lambda: post_refresh(first.control_url, capacity_document(cluster, 6), parent),
-        lambda: post_refresh(second.control_url, capacity_document(cluster, 7), parent),
+        lambda: apply_document(first.control_url, capacity_document(cluster, 6), parent),
+        lambda: apply_document(second.control_url, capacity_document(cluster, 7), parent),
     )
     statuses = sorted(status for status, _ in results)
     assert statuses == [200, 409], results
@@ -143,8 +114,8 @@ def test_two_applies_without_a_parent_on_two_edges_at_once_apply_one_on_top_of_t
     [(start, _)] = active_revisions(cluster)
     first, second = cluster.edges
     results = at_once(
-        lambda: post_refresh(first.control_url, capacity_document(cluster, 6), None),
-        lambda: post_refresh(second.control_url, capacity_document(cluster, 7), None),
+        lambda: apply_document(first.control_url, capacity_document(cluster, 6), None),
+        lambda: apply_document(second.control_url, capacity_document(cluster, 7), None),
     )
     assert [status for status, _ in results] == [200, 200], results
     revisions = sorted(report["revision"] for _, report in results)

@@ -129,13 +129,19 @@ def set_peak(cluster: Cluster, name: str, value: int = 0) -> None:
     cluster.upstream(name).call(reset())
 
 
-def apply_document(url: str, document: dict[str, Any]) -> tuple[int, Any]:
-    """``POST /refresh`` mode apply on the control listener at ``url``: (status, report)."""
+def apply_document(
+    url: str, document: dict[str, Any], parent: int | None = None
+) -> tuple[int, Any]:
+    """``POST /refresh`` mode apply on the control listener at ``url`` (built on ``parent``
+    when given): (status, report)."""
     import json
     import urllib.error
     import urllib.request
 
-    body = json.dumps({"mode": "apply", "config": document}).encode()
+    fields: dict[str, Any] = {"mode": "apply", "config": document}
+    if parent is not None:
+        fields["parent"] = parent
+    body = json.dumps(fields).encode()
     request = urllib.request.Request(
         url + "/refresh", data=body, headers={"Content-Type": "application/json"}
     )
