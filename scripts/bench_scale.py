@@ -253,5 +253,6 @@ def compare(f: Figures) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
-        f"Edge CPU at rest before the load, ms per second ({IDLE_S:g} s, no request): {rest}.",
+        f"Edge CPU at rest before the load, ms per second ({IDLE_S:g} s, no request; "
+        f"resolution {1000 / os.sysconf('SC_CLK_TCK') / IDLE_S:.1f} ms/s): {rest}.",
     ]
