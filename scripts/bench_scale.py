@@ -39,6 +39,7 @@ DATABASE_PREFIX = "iop_scale_bench"  # a new database per cluster, dropped at th
 LEASE_TTL_S = 10.0  # the documented defaults (docs/configuration.md): renewals as deployed
 REVISION_POLL_S = 1.0
 CROSS_BODIES = {mode: {**body, "model": "bench-cross"} for mode, body in BODIES.items()}
+CONCURRENCY = (1, 16)  # added latency at c=1, throughput at c=16 (two Edges: c=16 only)
 IDLE_S = 3.0  # how long every Edge's CPU is read at rest, all clusters up, before the load
 SKIPPED: list[str] = []  # why the cells did not run, for the report
 AT_REST: dict[str, float] = {}  # "cluster: process" -> CPU ms per second before the load
@@ -114,7 +115,7 @@ def _cluster(ctx: BenchContext, name: str, edges: int, redis: str | None) -> Any
         env={} if redis else {"IOP_REDIS_URL": ""},
         log_level="WARNING",
     )
-    cluster.redis_prefix = f"iop-bench-{secrets.token_hex(4)}"
+    cluster.redis_prefix = f"iop-bench-scale-{secrets.token_hex(4)}"
     return cluster
 
 
@@ -172,7 +173,7 @@ def scale_suite(ctx: BenchContext) -> Iterator[list[Cell]]:
             one = Target(name, first.ports["openai"], pids, cluster.token,
                          metrics_url=first.control_url + "/metrics")  # fmt: skip
             if edges == 1:
-                targets += [(one, (1, 16))]
+                targets += [(one, CONCURRENCY)]
                 continue
             owner = _owner(cluster, "node-1")
             other = cluster.edges[1 - owner]
@@ -182,13 +183,14 @@ def scale_suite(ctx: BenchContext) -> Iterator[list[Cell]]:
                 (dataclasses.replace(one, name=RR, metrics_url="", spread=ports), (16,)),
                 (dataclasses.replace(
                     one, name=LOCAL, port=own.ports["openai"], bodies=CROSS_BODIES,
-                    metrics_url=own.control_url + "/metrics"), (1, 16)),
+                    metrics_url=own.control_url + "/metrics"), CONCURRENCY),
                 (dataclasses.replace(
                     one, name=CROSS, port=other.ports["openai"], bodies=CROSS_BODIES,
-                    metrics_url=other.control_url + "/metrics"), (1, 16)),
+                    metrics_url=other.control_url + "/metrics"), CONCURRENCY),
             ]  # fmt: skip
         AT_REST.update(_at_rest(by_cluster))
-        yield [Cell(target, "json", c) for target, levels in targets for c in levels]
+        chosen = ctx.options.concurrency or CONCURRENCY
+        yield [Cell(t, "json", c) for t, levels in targets for c in levels if c in chosen]
         for cluster in clusters:
             cluster.wait_idle()  # every lease released after the load (R-POOL-9)
 
@@ -237,7 +239,7 @@ def compare(f: Figures) -> list[str]:
     rows = [
         _pair(f, label, (a, "json", c), (b, "json", c))
         for label, a, b in pairs
-        for c in (1, 16)
+        for c in CONCURRENCY
         if f.has((a, "json", c)) and f.has((b, "json", c))
     ]
     if not rows:
