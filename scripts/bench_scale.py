@@ -60,12 +60,11 @@ def _where(url: str) -> str:
 
 
 def unavailable(redis: str, database: str) -> str | None:
-    """Why the scale-out cells cannot run here, or None: the build has the Redis engine and
-    run routing, and Redis and PostgreSQL answer within 2 s."""
-    missing = [m for m in ("redis", "psycopg", "pool.engine_redis", "nodes.remote")
-               if importlib.util.find_spec(m) is None]  # fmt: skip
-    if missing:
-        return f"this build or environment lacks {', '.join(missing)}"
+    """Why the scale-out cells cannot run here, or None: Redis and PostgreSQL answer within
+    2 s and the build has the Redis engine and run routing."""
+    clients = [m for m in ("redis", "psycopg") if importlib.util.find_spec(m) is None]
+    if clients:
+        return f"this environment lacks {', '.join(clients)}"
     import psycopg
     import redis as redis_py
 
@@ -83,6 +82,11 @@ def unavailable(redis: str, database: str) -> str | None:
             pass
     except psycopg.Error as exc:
         return f"PostgreSQL at {_where(database)} does not answer ({type(exc).__name__})"
+    parts = [
+        m for m in ("pool.engine_redis", "nodes.remote") if importlib.util.find_spec(m) is None
+    ]
+    if parts:
+        return f"this build lacks {', '.join(parts)}"
     return None
 
 
