@@ -122,7 +122,9 @@ async def _measure(cell: Cell, seconds: float) -> Row:
     if mode == "stream" and c == 1:
         samples = await probe_for(target.probe(mode), min(seconds, 2.0))
     wrk = asyncio.create_task(
-        asyncio.to_thread(run_wrk, target.url, target.body(mode), target.token, c, seconds)
+        asyncio.to_thread(
+            run_wrk, target.url, target.body(mode), target.token, c, seconds, target.spread
+        )
     )
     if mode == "stream" and c > 1:
         await asyncio.sleep(min(0.5, seconds / 4))  # let wrk's connections get going
@@ -175,7 +177,7 @@ async def _run(
     for target in targets.values():
         await _check(target)
         await asyncio.to_thread(
-            run_wrk, target.url, target.body("json"), target.token, 16, 1
+            run_wrk, target.url, target.body("json"), target.token, 16, 1, target.spread
         )  # warm-up: connections, caches
     runs: dict[tuple[str, str, int], list[Row]] = {cell.key: [] for cell in cells}
     for turn in range(args.rounds):  # every cell once per round: they share the conditions
@@ -241,6 +243,14 @@ def main() -> int:
         "--translated",
         action="store_true",
         help="also measure the Edge answering an Anthropic client by translation",
+    )
+    parser.add_argument(
+        "--redis", help="Redis of the scale cells (default IOP_TEST_REDIS_URL, else local 6379)"
+    )
+    parser.add_argument(
+        "--postgres",
+        help="PostgreSQL of the scale cells, a database is made per cluster and dropped "
+        "(default IOP_TEST_DATABASE_URL, else postgres@127.0.0.1:5432)",
     )
     parser.add_argument("--no-pin", action="store_true", help="leave CPU placement to the OS")
     parser.add_argument("--json", help="also write the results to this file")

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 # Modules whose import registers more suites or checks (each one: scripts/<name>.py).
-SUITE_MODULES: tuple[str, ...] = ("bench_tls", "bench_limits", "bench_gate")
+SUITE_MODULES: tuple[str, ...] = ("bench_tls", "bench_limits", "bench_gate", "bench_scale")
 BODIES = {
     "json": {"model": "bench", "messages": [{"role": "user", "content": "ping"}]},
     "stream": {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "ping"}]},
@@ -59,6 +59,9 @@ class Target:
     metrics_url: str = ""  # an Edge's /metrics: loop lag per run is read from it
     bodies: dict[str, Any] = field(default_factory=lambda: BODIES)  # by mode
     events: int = EVENTS  # data events a stream answer must carry
+    # Several Edges: every one's port on 127.0.0.1; wrk's connections alternate over them
+    # (``port`` is the one the check and the probe use). Empty: ``port`` only.
+    spread: tuple[int, ...] = ()
 
     @property
     def url(self) -> str:

@@ -32,13 +32,24 @@ class WrkResult:
         return self.requests / self.seconds if self.seconds else 0.0
 
 
-def run_wrk(url: str, body: bytes, token: str, connections: int, seconds: float) -> WrkResult:
-    """One wrk run (one thread: this machine has two cores to share with the servers)."""
+def run_wrk(
+    url: str,
+    body: bytes,
+    token: str,
+    connections: int,
+    seconds: float,
+    ports: tuple[int, ...] = (),
+) -> WrkResult:
+    """One wrk run (one thread: this machine has two cores to share with the servers). With
+    ``ports`` (several Edges on 127.0.0.1), one thread per port, each thread's connections on
+    its own port (``bench_wrk.lua`` ``setup``): the client's connections alternate over the
+    Edges and the summary covers them all."""
     env = {**os.environ, "BENCH_BODY": body.decode(), "BENCH_TOKEN": token}
+    env["BENCH_PORTS"] = ",".join(str(port) for port in ports)
     out = subprocess.run(
         [
             "wrk",
-            "-t1",
+            f"-t{max(1, len(ports))}",
             f"-c{connections}",
             f"-d{max(1, round(seconds))}s",
             "--timeout",

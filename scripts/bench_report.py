@@ -239,6 +239,8 @@ def _noise(f: Figures) -> list[str]:
     for key in f.runs:
         by_target.setdefault(key[0], []).append(f.spread(key))
     loads = [r.load1 for runs in f.runs.values() for r in runs]
+    if not loads:
+        return ["(no cell ran)"]
     lines = [
         f"1-minute load average over the runs: median {statistics.median(loads):.2f}, "
         f"min {min(loads):.2f}, max {max(loads):.2f} ({os.cpu_count()} CPUs).",

@@ -8,6 +8,20 @@ if token ~= "" then
   wrk.headers["Authorization"] = "Bearer " .. token
 end
 
+-- BENCH_PORTS (optional, "p1,p2"): wrk runs one thread per port and each thread's
+-- connections go to its own port on 127.0.0.1, so one run spreads over several Edges.
+local ports = {}
+for port in string.gmatch(os.getenv("BENCH_PORTS") or "", "%d+") do
+  table.insert(ports, port)
+end
+local threads = 0
+setup = function(thread)
+  if #ports > 0 then
+    thread.addr = wrk.lookup("127.0.0.1", ports[threads % #ports + 1])[1]
+    threads = threads + 1
+  end
+end
+
 done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(

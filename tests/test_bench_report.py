@@ -65,3 +65,48 @@ def test_loop_lag_per_run_is_the_difference_of_two_scrapes() -> None:
     lag = _lag_between(before, after)
     assert lag is not None
     assert (lag.samples, lag.over_5ms, lag.worst_le) == (8, 2, 0.25)
+
+
+def test_the_scale_out_section_compares_medians_with_edge_cpu_summed_over_the_edges(
+    monkeypatch,
+) -> None:
+    import bench_scale
+
+    monkeypatch.setattr(bench_scale, "SKIPPED", [])
+    monkeypatch.setattr(bench_scale, "AT_REST", {"scale-mem: edge": 1.0})
+    one = {"edge": 0.3, "node-1": 0.1, "node-2": 0.1}
+    two = {"edge-0": 0.4, "edge-1": 0.5, "node-1": 0.1, "node-2": 0.2}
+    figures = {
+        **runs("scale-redis", "json", 16, [(900, 5, 9), (1000, 4, 9), (100, 40, 90)],
+               cpu_ms=one),
+        **runs("scale-rr", "json", 16, [(1500, 6, 9)] * 3, cpu_ms=two),
+    }  # fmt: skip
+    lines = bench_scale.compare(Figures(figures))
+    row = next(line for line in lines if line.startswith("| one Redis Edge → two"))
+    assert row == (
+        "| one Redis Edge → two (round robin) | 16 | 900 | 1500 | 1.67x | 5.00 | 6.00 | +1.00 "
+        "| 0.30 → 0.90 | 0.20 → 0.30 |"
+    )
+    assert not any("in memory → Redis" in line for line in lines)  # no baseline run: no row
+    assert "scale-mem: edge 1.0" in lines[-1]
+
+
+def test_scale_out_cells_skipped_say_why_in_the_report(monkeypatch) -> None:
+    import bench_scale
+
+    monkeypatch.setattr(bench_scale, "SKIPPED", ["Redis at 127.0.0.1:1 does not answer"])
+    header = {"rounds": 3, "seconds": 3.0, "pinning": "none", "elapsed_s": 1.0}
+    text = render(Figures(runs("edge", "json", 1, [(800, 1.0, 2.0)] * 3)), {}, header)["text"]
+    assert "## Scale-out\n\nSkipped: Redis at 127.0.0.1:1 does not answer." in text
+
+
+def test_the_scale_out_check_names_the_redis_that_does_not_answer() -> None:
+    import bench_scale
+
+    from tests.support import free_port
+
+    port = free_port()  # nothing listens there
+    reason = bench_scale.unavailable(f"redis://:secret@127.0.0.1:{port}/0", "postgresql://x/")
+    assert reason is not None
+    assert f"Redis at 127.0.0.1:{port} does not answer" in reason
+    assert "secret" not in reason
