@@ -8,6 +8,7 @@ from typing import Any
 
 from pool.engine_redis import RedisPool
 from pool.http.app import OpenAIApp
+from pool.http.metrics import PoolCollector
 from pool.policy import policy_from_snapshot
 from tests.support.inprocess import Runtime, api, chat, document
 from tests.support.ports import free_port
@@ -36,7 +37,7 @@ async def test_healthz_refuses_other_methods() -> None:
 
 async def test_healthz_is_503_while_the_shared_pool_cannot_be_reached_r_scale_2() -> None:
     """Nothing listens on the Redis port: the request is a 503 ``pool_unavailable`` at once,
-    and the health check says so until Redis answers again."""
+    the health check says so and ``iop_pool_reachable`` is 0."""
     runtime: Any = Runtime(document())
     pool = RedisPool(
         policy_from_snapshot(runtime.snapshot),
@@ -54,5 +55,7 @@ async def test_healthz_is_503_while_the_shared_pool_cannot_be_reached_r_scale_2(
         assert json.loads(refused.body)["error"]["code"] == "pool_unavailable"
         call = await api(app, "GET", "/healthz", token=None).done()
         assert call.status == 503 and json.loads(call.body) == {"status": "pool_unavailable"}
+        (gauge,) = [m for m in PoolCollector(runtime).collect() if m.name == "iop_pool_reachable"]
+        assert [sample.value for sample in gauge.samples] == [0.0]
     finally:
         await pool.aclose()

@@ -178,6 +178,7 @@ async def test_pool_gauges_are_read_at_scrape_time(runtime: EdgeRuntime, clock: 
     assert gauge("iop_provider_in_flight", "glm-general") == 0
     assert samples(text, "iop_queue_depth") == {frozenset(): 1}
     assert samples(text, "iop_queue_oldest_wait_seconds") == {frozenset(): 2.5}
+    assert samples(text, "iop_pool_reachable") == {frozenset(): 1}  # in memory: always
 
     pool.release(first)
     third = await asyncio.wait_for(waiter, 5)

@@ -94,6 +94,11 @@ class PoolCollector(Collector):
             gate.add_metric([provider_id, outcome], float(count))
         yield gate
         yield GaugeMetricFamily(
+            "iop_pool_reachable",
+            "1 while the pool's store answers (always 1 in memory; scale-out: Redis).",
+            value=1.0 if self._runtime.pool.reachable else 0.0,
+        )
+        yield GaugeMetricFamily(
             "iop_edge_start_time_seconds", "When this Edge process started (epoch seconds).",
             value=self._runtime.started_at,
         )  # fmt: skip
