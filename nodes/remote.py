@@ -59,6 +59,9 @@ MAX_BODY_PARTS = wire.MAX_BODY_CHARS // wire.MAX_EVENT_DATA_CHARS  # R-IN-2's bo
 class RelayUnavailable(NodeUnavailable):
     """Redis cannot be reached to route a run to another Edge."""
 
+    code = "pool_unavailable"  # the same answer as an admission while Redis is away
+    public_message = "the shared pool's store cannot be reached"
+
 
 class LocalRuns(Protocol):
     """The owner Edge's own sessions (``NodeHub``)."""

@@ -14,6 +14,9 @@ from nodes import wire
 class NodeUnavailable(Exception):
     """The lease's Node has no dispatch-ready connection any more."""
 
+    code = "no_available_provider"  # the HTTP error the request ends with (docs/http-api.md)
+    public_message = "the provider's node is not connected"
+
 
 @dataclass(frozen=True, slots=True)
 class RunOrder:

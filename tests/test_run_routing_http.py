@@ -6,6 +6,7 @@ shared pool does; the Node (a scripted one) is connected to Edge B's hub. Real R
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from collections.abc import AsyncIterator
@@ -17,6 +18,7 @@ import redis.asyncio as aioredis
 from nodes.remote import RunRouter
 from pool.http.app import OpenAIApp
 from tests.support.inprocess import FakeNode, Runtime, api, chat, document
+from tests.support.ports import free_port
 from tests.support.routing import until
 
 REDIS_URL = os.environ.get("IOP_TEST_REDIS_URL", "")
@@ -89,3 +91,23 @@ async def test_a_client_leaving_cancels_the_run_on_the_other_edges_node_r_scale_
     call.disconnect()
     await call.done()
     await until(lambda: node.cancelled == [node.runs[0].run_id], "the cancel reached the Node")
+
+
+async def test_redis_unreachable_while_routing_is_a_503_pool_unavailable_r_scale_2() -> None:
+    """The run's Node is on another Edge and Redis does not answer: the client gets the
+    same answer as an admission while Redis is away, never a misleading one."""
+    runtime = Runtime(document())
+    runtime.pool.node_ready("n1", 1, {})  # the shared pool's view: the Node is on Edge B
+    router = RunRouter(
+        f"redis://127.0.0.1:{free_port()}/0", prefix="iop-test-x", edge_id="edge-a",
+        local=runtime.hub, ttl_s=2.0,
+    )  # fmt: skip
+    runtime.hub.remote = router
+    try:
+        call = await api(OpenAIApp(runtime), "POST", "/v1/chat/completions", chat()).done()
+    finally:
+        await router.aclose()
+        await runtime.hub.aclose()
+    assert call.status == 503 and call.headers[b"retry-after"] == b"1"
+    assert json.loads(call.body)["error"]["code"] == "pool_unavailable"
+    assert runtime.pool.idle(), "the lease was released (R-POOL-9)"

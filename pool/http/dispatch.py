@@ -123,10 +123,9 @@ async def _attempt(
         ex.reached = True
         try:
             opened = await open_attempt(attempt, request, forward_headers, target_of, ex)
-        except NodeUnavailable:
+        except NodeUnavailable as gone:  # scale-out: Redis away while routing, R-SCALE-2
             verdict = NODE_NOT_CONNECTED
-            message = "the provider's node is not connected"
-            return RunFailed("no_available_provider", message, None), verdict
+            return RunFailed(gone.code, gone.public_message, None), verdict
         if opened is None:  # answered here: nothing to run
             return None, verdict
         source, target = opened
