@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
-from pool.engine_redis import RedisPool
 from tests.support.pools import prov
-from tests.support.redis_pool import crash, edges, needs_redis, policy
+from tests.support.redis_pool import crash, edges, needs_redis, policy, queued
 
 pytestmark = needs_redis
 TTL = 0.6
@@ -18,14 +17,6 @@ HOUR = 3600.0
 
 def skewed(seconds: float):  # type: ignore[no-untyped-def]
     return lambda: asyncio.get_running_loop().time() + seconds
-
-
-async def queued(pool: RedisPool, depth: int) -> None:
-    for _ in range(1000):
-        if (await pool.fetch_snapshot()).queue_depth == depth:
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"the queue never held {depth} waiters")
 
 
 async def test_r_scale_2_edges_with_clocks_hours_apart_keep_and_free_leases_on_redis_time() -> None:

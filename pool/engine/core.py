@@ -17,6 +17,7 @@ from . import health
 from .errors import NotAdmitted, PoolError, QueueFull, QueueTimeout, UnknownModel
 from .health import HealthLedger
 from .model import HealthPolicy, Lease, PoolPolicy, PoolSnapshot, ProviderStatus
+from .readiness import Readiness
 from .state import (
     EJECTED,
     HEALTHY,
@@ -60,9 +61,7 @@ class PoolCore(HealthLedger):
         self._groups: dict[str, tuple[str, ...]] = {}
         self._max_queue = 1
         self._timeout = 0.0  # seconds; 0 = none
-        self._ready: dict[str, int] = {}  # node -> dispatch-ready generation (R-NODE-1)
-        self._gone: dict[str, int] = {}  # node -> newest generation known to have ended
-        self._refused: dict[str, dict[str, str]] = {}  # ready node -> provider -> why (R-TLS-3)
+        self._nodes = Readiness()  # ready generations and refusals (R-NODE-1, R-TLS-3)
         self._cands: dict[ClassKey, tuple[ProviderState, ...]] = {}  # admitted keys only
         self._classes: dict[ClassKey, WaitClass] = {}  # non-empty wait classes
         self._queue: OrderedDict[int, Waiter] = OrderedDict()  # global enqueue order
@@ -192,37 +191,21 @@ class PoolCore(HealthLedger):
     ) -> None:
         """That node's connection generation is dispatch-ready: its providers become live,
         except those the Node ``refused`` (provider id -> reason, R-TLS-3)."""
-        gone = self._gone.get(node_id)
-        current = self._ready.get(node_id)
-        if (gone is not None and generation <= gone) or (
-            current is not None and generation < current
-        ):
-            return  # a stale generation: that connection already ended or was replaced
-        self._ready[node_id] = generation
-        self._refused[node_id] = dict(refused or {})
-        self._reevaluate()
-        self._pump(list(self._classes.values()))
+        if self._nodes.mark_ready(node_id, generation, refused):
+            self._reevaluate()
+            self._pump(list(self._classes.values()))
 
     def node_refused(self, node_id: str, generation: int, refused: Mapping[str, str]) -> None:
         """The ready Node now refuses exactly ``refused`` (after a config refresh)."""
-        if self._ready.get(node_id) != generation or self._refused.get(node_id) == refused:
-            return
-        self._refused[node_id] = dict(refused)
-        self._reevaluate()
-        self._pump(list(self._classes.values()))
+        if self._nodes.mark_refused(node_id, generation, refused):
+            self._reevaluate()
+            self._pump(list(self._classes.values()))
 
     def node_gone(self, node_id: str, generation: int) -> None:
         """The connection ended; leases stay counted until their runs release them."""
-        current = self._ready.get(node_id)
-        if current is not None and generation < current:
-            return  # an older connection ending must not take the ready one down
-        self._gone[node_id] = max(generation, self._gone.get(node_id, generation))
-        if current is None:
-            return  # was not ready: nothing was live
-        del self._ready[node_id]
-        self._refused.pop(node_id, None)
-        self._reevaluate()
-        self._pump(list(self._classes.values()))
+        if self._nodes.mark_gone(node_id, generation):
+            self._reevaluate()
+            self._pump(list(self._classes.values()))
 
     def apply(self, policy: PoolPolicy) -> None:
         """Swap the policy: keep leases, re-evaluate candidates and deadlines (R-REF-3); pump."""
@@ -239,8 +222,8 @@ class PoolCore(HealthLedger):
         now = self._clock()
         for key in sorted(k for k, s in self._states.items() if s.configured):
             s = self._states[key]
-            refusal = self._refused.get(s.node_id, {}).get(s.provider_id)
-            online = s.node_id in self._ready and refusal is None
+            refusal = self._nodes.refused.get(s.node_id, {}).get(s.provider_id)
+            online = s.node_id in self._nodes.ready and refusal is None
             rows.append(
                 ProviderStatus(
                     node_id=s.node_id,
@@ -324,8 +307,8 @@ class PoolCore(HealthLedger):
             s.live = (
                 s.enabled
                 and s.capacity >= 1
-                and s.node_id in self._ready
-                and s.provider_id not in self._refused[s.node_id]
+                and s.node_id in self._nodes.ready
+                and s.provider_id not in self._nodes.refused[s.node_id]
                 and s.health != EJECTED
             )
         self._cands.clear()

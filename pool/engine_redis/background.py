@@ -75,8 +75,8 @@ def renew(pool: RedisPool) -> None:
             for i, (lease, epoch) in pool._held.items()
         ],
         "nodes": [
-            [node, str(gen), wire.refused_json(pool._refused.get(node, {}))]
-            for node, gen in pool._ready.items()
+            [node, str(gen), wire.refused_json(pool._nodes.refused.get(node, {}))]
+            for node, gen in pool._nodes.ready.items()
         ],
         "waiters": list(pool._waiters),
     }

@@ -24,6 +24,7 @@ from redis.asyncio import Redis
 
 from pool.engine.errors import PoolBackendUnavailable
 from pool.engine.model import Lease, PoolPolicy, PoolSnapshot
+from pool.engine.readiness import Readiness
 
 if TYPE_CHECKING:
     from pool.engine.interface import PoolEngine
@@ -82,9 +83,7 @@ class RedisPool:
         self._waiters: dict[str, Waiting] = {}
         self._recent: OrderedDict[str, None] = OrderedDict()  # settled or cancelled waiters
         self._early: dict[str, list[Any]] = {}  # fates that came before their admit answer
-        self._ready: dict[str, int] = {}  # node -> ready generation here (R-NODE-1)
-        self._gone: dict[str, int] = {}
-        self._refused: dict[str, dict[str, str]] = {}
+        self._nodes = Readiness()  # Nodes ready on this Edge (R-NODE-1), re-asserted by renew
         self._view = wire.offline(policy)
         self._view_at = -VIEW_MAX_AGE_S
         self._owners: dict[str, int] = {}
@@ -236,36 +235,20 @@ class RedisPool:
         self, node_id: str, generation: int, refused: Mapping[str, str] | None = None
     ) -> None:
         """A Node connected here is dispatch-ready; the newest ready wins across Edges."""
-        gone = self._gone.get(node_id)
-        current = self._ready.get(node_id)
-        if (gone is not None and generation <= gone) or (
-            current is not None and generation < current
-        ):
-            return  # a stale generation: that connection already ended or was replaced
-        self._ready[node_id] = generation
-        self._refused[node_id] = dict(refused or {})
-        args = ["ready", node_id, str(generation), wire.refused_json(refused or {})]
-        self._submit(Job("node", args))
+        if self._nodes.mark_ready(node_id, generation, refused):
+            args = ["ready", node_id, str(generation), wire.refused_json(refused or {})]
+            self._submit(Job("node", args))
 
     def node_refused(self, node_id: str, generation: int, refused: Mapping[str, str]) -> None:
         """The ready Node now refuses exactly ``refused``."""
-        if self._ready.get(node_id) != generation or self._refused.get(node_id) == refused:
-            return
-        self._refused[node_id] = dict(refused)
-        args = ["refused", node_id, str(generation), wire.refused_json(refused)]
-        self._submit(Job("node", args))
+        if self._nodes.mark_refused(node_id, generation, refused):
+            args = ["refused", node_id, str(generation), wire.refused_json(refused)]
+            self._submit(Job("node", args))
 
     def node_gone(self, node_id: str, generation: int) -> None:
         """The connection ended; a ready Node of another (edge, generation) is untouched."""
-        current = self._ready.get(node_id)
-        if current is not None and generation < current:
-            return
-        self._gone[node_id] = max(generation, self._gone.get(node_id, generation))
-        if current is None:
-            return
-        del self._ready[node_id]
-        self._refused.pop(node_id, None)
-        self._submit(Job("node", ["gone", node_id, str(generation), "{}"]))
+        if self._nodes.mark_gone(node_id, generation):
+            self._submit(Job("node", ["gone", node_id, str(generation), "{}"]))
 
     def apply(self, policy: PoolPolicy) -> None:
         """Install a policy in Redis unless a newer version is there (R-REF-3)."""
