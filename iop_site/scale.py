@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -147,8 +148,12 @@ def companions(runtime: EdgeRuntime, *, scale: ScaleSettings, edge_id: str) -> l
     if not scale.enabled:
         return []
     from iop_site.revisions import RevisionWatcher
+    from pool.engine_redis import RedisPool
 
-    parts: list[Any] = [runtime.pool]
+    pool = runtime.pool
+    assert isinstance(pool, RedisPool)
+    pool.on_fenced = exit_fenced
+    parts: list[Any] = [pool]
     router = run_router(runtime, scale=scale, edge_id=edge_id)
     runtime.hub.remote = router  # run routing between Edges (docs/scale-out.md)
     parts.append(router)
@@ -162,10 +167,25 @@ def run_router(runtime: EdgeRuntime, *, scale: ScaleSettings, edge_id: str) -> R
     from nodes.remote import RunRouter
 
     assert scale.redis_url is not None
+    pool = runtime.pool
     return RunRouter(
         scale.redis_url,
         prefix=scale.prefix,
         edge_id=edge_id,
         local=runtime.hub,  # the owner side runs orders on this Edge's own sessions
         ttl_s=scale.lease_ttl_s,
+        fence=lambda: getattr(pool, "fence", None),  # claimed by the pool, started first
     )
+
+
+def exit_fenced() -> None:
+    """R-SCALE-4: another process took this Edge's id over (docs/scale-out.md, "Fencing").
+    This process exits at once with status 1, as a crash would: nothing of it may serve any
+    more, so its clients' connections break and its Nodes move to the next Edge; its leases
+    expire in Redis and the Edges serving its routed runs cancel them."""
+    sys.stderr.write(
+        "IOP Edge stopped: its Edge id was taken over by a newer process (fenced); "
+        "give each Edge process its own IOP_EDGE_ID\n"
+    )
+    sys.stderr.flush()
+    os._exit(1)

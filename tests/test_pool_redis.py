@@ -230,6 +230,44 @@ async def test_r_scale_2_a_second_live_edge_with_the_same_id_is_refused_at_start
             await group.start(policy(prov("p1")), "edge-a")
 
 
+async def test_r_scale_4_a_process_whose_id_was_taken_over_is_fenced() -> None:
+    """R-SCALE-4: Edge A's alive key expires (a paused process), a new process claims the id
+    with a newer fence; the old one's next renewal is refused whole: it is told once, holds
+    nothing, admits nothing, and its leases stay counted in Redis only until they expire."""
+    import redis.asyncio as aioredis
+
+    from pool.engine import PoolBackendUnavailable
+
+    async with edges() as group:
+        pol = policy(prov("p1", cap=1))
+        old = await group.start(pol, "edge-a")
+        old.node_ready("n1", 1)
+        held = await old.acquire("m")
+        client = aioredis.Redis.from_url(group.url, decode_responses=True)
+        alive = f"{group.prefix}:alive:edge-a"
+        try:
+            assert await client.get(alive) == old.fence
+            await client.delete(alive)  # as if its TTL ran out while the process was paused
+            new = await group.start(pol, "edge-a")
+            assert new.fence is not None and int(new.fence) > int(old.fence or 0)
+            assert await client.get(alive) == new.fence
+            told: list[bool] = []
+            old.on_fenced = lambda: told.append(True)
+            old.renew()
+            await old.flush()
+            assert told == [True] and old.fenced and not old.reachable
+            with pytest.raises(PoolBackendUnavailable):
+                await old.acquire("m")
+            old.release(held)  # nothing of the fenced process reaches Redis
+            await old.flush()
+            assert await client.get(alive) == new.fence  # its renewal did not take the key
+            snap = await new.fetch_snapshot()
+            assert snap.providers[0].in_flight == 1  # until the lease expires by TTL
+            assert new.reachable and not new.fenced
+        finally:
+            await client.aclose()
+
+
 async def test_r_pool_9_a_waiter_cancelled_as_it_is_granted_releases_its_lease() -> None:
     """The caller on Edge B goes away in the very tick a release on Edge A grants it."""
     async with edges() as group:

@@ -24,7 +24,7 @@ from redis.exceptions import RedisError
 from catalog.config import load_snapshot
 from nodes import wire
 from nodes.hub import NodeHub, NodeSession, NodeUnavailable
-from nodes.remote import REMOTE_WINDOW_CHARS, RelayUnavailable, RunRouter
+from nodes.remote import NO_FENCE, REMOTE_WINDOW_CHARS, RelayUnavailable, RunRouter
 from nodes.remote_wire import Output
 from nodes.runs import RunOrder
 from pool.engine import Lease, ProviderPool
@@ -59,7 +59,7 @@ class Edges:
     session: NodeSession
 
     async def alive(self, edge_id: str, ttl_s: float = 60.0) -> None:
-        await self.redis.set(f"{self.prefix}:alive:{edge_id}", "1", px=int(ttl_s * 1000))
+        await self.redis.set(f"{self.prefix}:alive:{edge_id}", NO_FENCE, px=int(ttl_s * 1000))
 
     async def from_node(self, message: wire.NodeToEdge) -> None:
         await self.b.receive(self.session, wire.encode(message))
@@ -93,7 +93,9 @@ async def two_edges(url: str) -> AsyncIterator[Edges]:
     edges = Edges(client, prefix, a, b, router_a, router_b, node, session)
     await edges.alive("edge-a")
     await edges.alive("edge-b")
-    await client.hset(f"{prefix}:node:node-a", mapping={"edge": "edge-b", "gen": 1})
+    await client.hset(
+        f"{prefix}:node:node-a", mapping={"edge": "edge-b", "fence": NO_FENCE, "gen": 1}
+    )
     await router_a.start()
     await router_b.start()
     try:
@@ -347,13 +349,13 @@ async def test_output_the_owner_could_not_relay_ends_the_run_on_the_requester_r_
     """R-SCALE-2: one relay send fails (a connection gone stale in a Redis restart) while
     both Edges live on: the requester hears that the run ended instead of waiting for ever."""
     send = edges.router_b._send
-    failed: list[str] = []
+    failed: list[tuple[str, str]] = []
 
-    async def flaky(edge_id: str, kind: str, *messages: Any) -> None:
+    async def flaky(to: tuple[str, str], kind: str, *messages: Any) -> None:
         if not failed and any(isinstance(m, Output) for m in messages):
-            failed.append(edge_id)
+            failed.append(to)
             raise RedisConnectionError("Connection closed by server.")
-        await send(edge_id, kind, *messages)
+        await send(to, kind, *messages)
 
     monkeypatch.setattr(edges.router_b, "_send", flaky)
     channel = await edges.a.open_run(LEASE, order(), window=0)
@@ -361,7 +363,7 @@ async def test_output_the_owner_could_not_relay_ends_the_run_on_the_requester_r_
     await edges.from_node(wire.RunEvent(run_id=request.run_id, data="lost"))
     async with asyncio.timeout(5):
         text, end = await read_all(channel)
-    assert failed == ["edge-a"] and text == ""
+    assert failed == [("edge-a", NO_FENCE)] and text == ""
     assert end.error is not None and end.error.code == "relay_unavailable"
     await until(lambda: edges.node.cancelled(request.run_id), "the run cancelled on the Node")
 

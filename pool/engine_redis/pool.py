@@ -12,7 +12,6 @@ import asyncio
 import json
 import logging
 import re
-import secrets
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
@@ -33,16 +32,13 @@ from . import answers, background, scripts, wire
 from .answers import Waiting
 from .background import CONNECTION_ERRORS
 from .jobs import Job
+from .pool_errors import EdgeFenced, EdgeIdInUse
 
 log = logging.getLogger("iop.pool.redis")
 
 STOP_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *CONNECTION_ERRORS)
 EDGE_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # docs/pool.md, "Redis engine"
 VIEW_MAX_AGE_S = 0.25  # snapshot()/queued_by() answer from figures at most this old
-
-
-class EdgeIdInUse(RuntimeError):
-    """Another live Edge holds this Edge id (its ``{P}:alive:{id}`` key)."""
 
 
 class RedisPool:
@@ -72,7 +68,9 @@ class RedisPool:
         self._ttl_s = lease_ttl_s
         self._clock = clock
         self._background = background  # False: the caller drives renew/sweep/expire (tests)
-        self._token = secrets.token_hex(8)
+        self.fence: str | None = None  # this process's fence, from start (R-SCALE-4)
+        self.fenced = False
+        self.on_fenced: Callable[[], None] | None = None  # called once when fenced
         self._redis: Redis | None = None
         self._scripts: dict[str, Any] = {}
         self._jobs: deque[Job] = deque()
@@ -112,11 +110,16 @@ class RedisPool:
         self._scripts = scripts.register(self._redis)
         self._jobs.appendleft(self._apply_job(self._policy))
         try:
-            if await self._call("start", [self._token]) == "taken":
-                await self._redis.aclose()
-                raise EdgeIdInUse(f"another live Edge already uses the Edge id {self._edge!r}")
-        except CONNECTION_ERRORS as exc:  # the writer keeps trying
-            log.warning("the shared pool store is unreachable at start (%s)", type(exc).__name__)
+            out = await self._call("start", [])
+        except CONNECTION_ERRORS as exc:
+            await self._redis.aclose()
+            raise PoolBackendUnavailable(
+                f"the shared pool's Redis does not answer ({type(exc).__name__})"
+            ) from None
+        if out[0] == "taken":
+            await self._redis.aclose()
+            raise EdgeIdInUse(f"another live Edge already uses the Edge id {self._edge!r}")
+        self.fence = str(out[1])
         await background.start_tasks(self)
 
     async def aclose(self) -> None:
@@ -126,11 +129,11 @@ class RedisPool:
         await background.stop_ticker(self)
         if self._redis is None:
             return
-        if not self._down:
+        if not self._down and not self.fenced:
             try:
                 await asyncio.wait_for(self.flush(), timeout=2.0)
                 key = f"{self._prefix}:alive:{self._edge}"
-                if await self._redis.get(key) == self._token:
+                if await self._redis.get(key) == self.fence:
                     await self._redis.delete(key)
             except STOP_ERRORS:
                 log.warning("stopping with pool updates not sent; their leases expire by TTL")
@@ -164,7 +167,7 @@ class RedisPool:
         """Lease a provider of ``model`` able to serve ``needs``, waiting in the one global
         queue (R-POOL-5 across Edges); ``PoolBackendUnavailable`` at once when Redis is
         unreachable, ``PoolRecovering`` while it recovers from a loss of data."""
-        if self._down:
+        if self._down or self.fenced:
             raise PoolBackendUnavailable()
         fut: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
         share = "" if owner is None or max_queued is None else str(max_queued)
@@ -270,7 +273,7 @@ class RedisPool:
     @property
     def reachable(self) -> bool:
         """False from the first call Redis did not answer until one it answers again."""
-        return not self._down
+        return not self._down and not self.fenced
 
     def idle(self) -> bool:
         """No lease held and no waiter queued by this Edge."""
@@ -349,7 +352,8 @@ class RedisPool:
 
     def _args(self, extra: list[str]) -> list[str]:
         now = "" if self.time_override is None else str(self.time_override())
-        return [self._prefix, self._edge, str(round(self._ttl_s * 1000)), now, *extra]
+        ttl = str(round(self._ttl_s * 1000))
+        return [self._prefix, self._edge, ttl, now, self.fence or "", *extra]
 
     async def _call(self, name: str, extra: list[str]) -> Any:
         assert self._redis is not None
@@ -375,6 +379,11 @@ class RedisPool:
         if isinstance(raw, Exception):
             raise raw
         res = json.loads(raw)
+        if "fenced" in res:
+            raise EdgeFenced(
+                f"the Edge id {self._edge!r} was taken over by a newer process "
+                f"(fence {res['fenced']}; this one has {self.fence})"
+            )
         epoch = res["e"]
         if self._epoch is None:
             self._epoch = epoch
@@ -388,6 +397,12 @@ class RedisPool:
         return res["r"]
 
     def _submit(self, job: Job) -> None:
+        if self.fenced:  # nothing of a fenced process reaches Redis (R-SCALE-4)
+            if job.acquire is not None and not job.acquire.done():
+                job.acquire.set_exception(PoolBackendUnavailable())
+            if job.script == "" and job.done is not None:
+                job.done(None)  # a barrier: nothing is left to wait for
+            return
         self._jobs.append(job)
         if self._kick is not None:
             self._kick.set()

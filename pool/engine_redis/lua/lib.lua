@@ -1,7 +1,8 @@
 -- Shared prelude of every pool script (docs/pool.md, "Redis engine"); the script's own body
--- follows. ARGV[1..4] = prefix, calling Edge id, TTL ms, fixed time ms ("" = Redis TIME);
--- script arguments start at ARGV[5]. Only Redis TIME is used, so Edge clocks may disagree.
-local P, EDGE, TTL = ARGV[1], ARGV[2], tonumber(ARGV[3])
+-- follows. ARGV[1..5] = prefix, calling Edge id, TTL ms, fixed time ms ("" = Redis TIME),
+-- the calling process's fence ("" only for start.lua); script arguments start at ARGV[6].
+-- Only Redis TIME is used, so Edge clocks may disagree.
+local P, EDGE, TTL, FENCE = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[5]
 local NOW
 if ARGV[4] ~= '' then
   NOW = tonumber(ARGV[4])
@@ -40,6 +41,20 @@ do
   end
 end
 local function recovering() return NOW - BORN < TTL end
+
+-- Fencing (R-SCALE-4): an Edge is (id, fence). start.lua gives each process that claims an id
+-- a new fence (INCR of {P}:fence_seq); {P}:fences names the current one per id. A call of any
+-- other fence is refused whole (lib_health.lua, the end of the prelude). After a loss of data
+-- the first process of an id to call claims it again.
+local FENCED = false
+if FENCE ~= '' then
+  local cur = redis.call('HGET', k('fences'), EDGE)
+  if not cur then
+    redis.call('HSET', k('fences'), EDGE, FENCE)
+  elseif cur ~= FENCE then
+    FENCED = cur
+  end
+end
 -- A lease outlives its Edge's alive key by half a TTL: when that Edge dies, the Edge serving
 -- its routed run cancels the run on the Node (alive key gone + TTL/3, docs/scale-out.md)
 -- before the capacity is free again, so the upstream never serves more than capacity.

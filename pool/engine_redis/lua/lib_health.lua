@@ -95,3 +95,6 @@ end
 local function result(r)
   return cjson.encode({e = EPOCH, b = S(BORN), n = S(NOW), ev = EV, info = INFO, r = r})
 end
+
+-- The one fencing decision (R-SCALE-4): a process whose id was taken over does nothing.
+if FENCED then return cjson.encode({e = EPOCH, fenced = FENCED}) end
