@@ -421,7 +421,7 @@ class RunRouter:
         unreachable."""
         while True:
             await asyncio.sleep(self.check_s)
-            if time.monotonic() - self._last_ok > self.lost_after_s:
+            if time.monotonic() - self._last_ok > self.lost_after_s and not await self._answers():
                 self._fail_all("relay_unavailable", "run routing between Edges lost Redis")
                 continue
             self._fail_untaken()
@@ -451,6 +451,16 @@ class RunRouter:
                     phase=wire.PHASE_CONNECT,
                 )
                 requested.channel.finish(wire.RunEnd(run_id, False, error))
+
+    async def _answers(self) -> bool:
+        """Whether Redis answers now: a late reader (a paused process, a slow loop) is not a
+        lost Redis."""
+        try:
+            async with asyncio.timeout(self.check_s):
+                await self._redis.ping()
+        except (RedisError, TimeoutError):
+            return False
+        return True
 
     async def _alive(self, peer: tuple[str, str]) -> bool:
         """Whether the process ``peer`` (id, fence) holds its id (R-SCALE-4)."""

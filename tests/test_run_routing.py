@@ -238,6 +238,25 @@ async def test_the_requesting_edge_dying_cancels_the_run_on_the_node_r_scale_2(e
     )
 
 
+async def test_a_requester_whose_id_was_taken_over_has_its_run_cancelled_r_scale_4(edges):
+    """R-SCALE-4: Edge A's id is taken by a newer process (its alive key holds another fence)
+    while A's routed run streams on B's Node: B cancels it as for a dead Edge, and a late
+    order of the old process is refused (nothing reaches the Node)."""
+    await edges.a.open_run(LEASE, order(), window=0)
+    request = await edges.run_request()
+    await edges.redis.set(f"{edges.prefix}:alive:edge-a", "2", px=60_000)  # a newer fence
+    await until(
+        lambda: edges.node.cancelled(request.run_id), "the Node's run was cancelled", within=5
+    )
+    runs = len(edges.node.runs())
+    late = Lease(request_id=8, node_id="node-a", provider_id="cli-a", model="m", long=False)
+    channel = await edges.a.open_run(late, order(), window=0)
+    async with asyncio.timeout(5):
+        _, end = await read_all(channel)
+    assert end.error is not None and end.error.code == "node_gone"
+    assert len(edges.node.runs()) == runs
+
+
 async def test_a_node_held_by_no_live_edge_is_unavailable_r_scale_2(edges):
     other = Lease(request_id=3, node_id="node-zzz", provider_id="cli-a", model="m", long=False)
     with pytest.raises(NodeUnavailable):
