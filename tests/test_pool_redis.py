@@ -305,3 +305,26 @@ async def test_r_pool_9_a_cancelled_waiter_leaves_the_queue_at_once() -> None:
         await a.fetch_snapshot()
         assert a.queued_by("tok") == 0
         a.release(held)
+
+
+async def test_r_scale_8_a_read_of_the_shared_pool_is_never_older_than_its_bound() -> None:
+    """R-SCALE-8: Edge A read in_flight 2; Edge B releases both leases. Within the bound A
+    answers its view (it may be that old); past it, A reads Redis first: 0, never the old 2."""
+    from pool.engine_redis.pool import VIEW_MAX_AGE_S
+    from tests.support.clock import Clock
+
+    clock = Clock()
+    async with edges() as group:
+        pol = policy(prov("p1", cap=2))
+        a = await group.start(pol, "edge-a", clock=clock)
+        b = await group.start(pol, "edge-b")
+        b.node_ready("n1", 1)
+        leases = [await b.acquire("m"), await b.acquire("m")]
+        assert (await a.fresh_snapshot()).providers[0].in_flight == 2
+        for lease in leases:
+            b.release(lease)
+        await b.flush()
+        clock.now += VIEW_MAX_AGE_S / 2
+        assert (await a.fresh_snapshot()).providers[0].in_flight == 2  # within the bound
+        clock.now += VIEW_MAX_AGE_S / 2
+        assert (await a.fresh_snapshot()).providers[0].in_flight == 0  # read first

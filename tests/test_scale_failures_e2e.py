@@ -11,11 +11,13 @@ table in docs/scale-out.md."""
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
 import signal
 import threading
 import time
+import urllib.error
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -144,6 +146,16 @@ def start(target: Any, *args: Any) -> tuple[threading.Thread, list[Any]]:
     thread = threading.Thread(target=lambda: out.append(target(*args)), daemon=True)
     thread.start()
     return thread, out
+
+
+def pool_read(cluster: Cluster, index: int) -> int:
+    """The status of ``GET /pool`` on Edge ``index``'s control listener."""
+    try:
+        cluster.edges[index].pool_snapshot()
+    except urllib.error.HTTPError as exc:
+        assert json.loads(exc.read())["error"]["code"] == "pool_unavailable"
+        return exc.code
+    return 200
 
 
 def in_upstreams(cluster: Cluster, *names: str) -> int:
@@ -291,6 +303,31 @@ def test_a_paused_edge_resumed_after_its_id_was_taken_cannot_serve_r_scale_4(clu
     restart_edge(cluster, victim)
 
 
+def test_a_read_of_the_pool_is_never_older_than_its_bound_r_scale_8(cluster):
+    """R-SCALE-8: Edge 1 reads in_flight 2 while two runs of Edge 0 stream; they end. Once
+    Redis has their releases and the bound (250 ms) has passed, Edge 1's first ``/pool`` read
+    answers 0: it reads Redis first instead of answering its old view."""
+    from pool.engine_redis.pool import VIEW_MAX_AGE_S
+
+    def in_flight(index: int) -> int:
+        return sum(row["in_flight"] for row in cluster.edges[index].pool_snapshot()["providers"])
+
+    holds = [Hold(cluster.upstream("a")), Hold(cluster.upstream("b"))]
+    runs = [start(stream, cluster, 0, "gpt-test", f"v{i}") for i in range(2)]
+    eventually(lambda: sum(read_pool(cluster).in_flight.values()) == 2, "two runs streaming")
+    assert in_flight(1) == 2
+    for hold in holds:
+        hold.release()
+    for thread, out in runs:
+        thread.join(30)
+        assert out == [None]
+    eventually(lambda: read_pool(cluster).idle(), "both released in Redis")
+    time.sleep(VIEW_MAX_AGE_S)  # the bound under test: Edge 1's view is now older than it
+    assert in_flight(1) == 0
+    for name in ("a", "b"):
+        assert cluster.upstream(name).server.peak <= CAPACITY[name]
+
+
 def test_redis_restarted_empty_under_load_is_a_clear_503_and_never_over_admits_r_scale_3(
     cluster, redis_server
 ):
@@ -316,6 +353,7 @@ def test_redis_restarted_empty_under_load_is_a_clear_503_and_never_over_admits_r
             lambda: any(r[4] == "pool_unavailable" for r in results if r[0] > killed),
             "a 503 pool_unavailable while Redis is gone",
         )
+        assert pool_read(cluster, 0) == 503  # R-SCALE-8: no stale view while Redis is gone
         redis_server.start()  # on the same port, empty: a new epoch
         back = time.monotonic()
         for index in range(3):

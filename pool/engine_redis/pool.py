@@ -38,7 +38,8 @@ log = logging.getLogger("iop.pool.redis")
 
 STOP_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *CONNECTION_ERRORS)
 EDGE_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # docs/pool.md, "Redis engine"
-VIEW_MAX_AGE_S = 0.25  # snapshot()/queued_by() answer from figures at most this old
+VIEW_MAX_AGE_S = 0.25  # fresh_snapshot() answers figures at most this old (R-SCALE-8)
+VIEW_READ_TIMEOUT_S = 1.0  # an older view is read first, within this, else 503
 
 
 class RedisPool:
@@ -83,7 +84,8 @@ class RedisPool:
         self._early: dict[str, list[Any]] = {}  # fates that came before their admit answer
         self._nodes = Readiness()  # Nodes ready on this Edge (R-NODE-1), re-asserted by renew
         self._view = wire.offline(policy)
-        self._view_at = -VIEW_MAX_AGE_S
+        self._view_at = -VIEW_MAX_AGE_S  # when the view's read was sent, this Edge's clock
+        self._reading: asyncio.Future[PoolSnapshot] | None = None
         self._owners: dict[str, int] = {}
         self._ejected_until: dict[str, float] = {}  # provider -> end of ejection, our clock
         self._ejections: dict[str, int] = {}
@@ -266,9 +268,26 @@ class RedisPool:
     # --- views ----------------------------------------------------------------------------
 
     def snapshot(self) -> PoolSnapshot:
-        """Global figures at most ``VIEW_MAX_AGE_S`` old (a read is started when older)."""
+        """The last global figures read (a read is started when older than
+        ``VIEW_MAX_AGE_S``): for gauges; a reader that needs a bound awaits
+        ``fresh_snapshot``."""
         self._refresh_view()
         return self._view
+
+    async def fresh_snapshot(self) -> PoolSnapshot:
+        """Global figures read at most ``VIEW_MAX_AGE_S`` ago (R-SCALE-8): an older view is
+        read from Redis first (concurrent readers share one read), within
+        ``VIEW_READ_TIMEOUT_S``, else ``PoolBackendUnavailable``: never a stale view."""
+        if self._clock() - self._view_at < VIEW_MAX_AGE_S:
+            return self._view
+        if self._down or self.fenced or self._kick is None:
+            raise PoolBackendUnavailable()
+        if self._reading is None or self._reading.done():
+            self._reading = asyncio.ensure_future(self.fetch_snapshot())
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._reading), VIEW_READ_TIMEOUT_S)
+        except (TimeoutError, PoolBackendUnavailable):
+            raise PoolBackendUnavailable() from None
 
     @property
     def reachable(self) -> bool:
@@ -287,9 +306,10 @@ class RedisPool:
     async def fetch_snapshot(self) -> PoolSnapshot:
         """Exact global figures, after every call this Edge made so far."""
         fut: asyncio.Future[PoolSnapshot] = asyncio.get_running_loop().create_future()
+        sent = self._clock()
 
         def done(out: Any) -> None:
-            answers.viewed(self, out)
+            answers.viewed(self, out, sent)
             if not fut.done():
                 fut.set_result(self._view)
 
@@ -325,9 +345,8 @@ class RedisPool:
             and not self._down
         ):
             self._pending.add("snapshot")
-            self._submit(
-                Job("snapshot", [], self._periodic("snapshot", partial(answers.viewed, self)))
-            )
+            then = partial(answers.viewed, self, sent=self._clock())
+            self._submit(Job("snapshot", [], self._periodic("snapshot", then)))
 
     def _periodic(self, name: str, then: Callable[[Any], None]) -> Callable[[Any], None]:
         def done(out: Any) -> None:
