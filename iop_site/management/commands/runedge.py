@@ -37,6 +37,7 @@ class Command(BaseCommand):
         from iop_site import scale
         from iop_site.edge_local import EdgeLocal, LocalSettingError
         from iop_site.server import ListenError, StartError, serve
+        from iop_site.startup_checks import database_refusal
         from iop_site.tls import TLSFileError, listeners
         from refresh.startup import startup_revision
 
@@ -52,8 +53,15 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         database = str(settings.DATABASES["default"]["ENGINE"])
         reason = scale.refusal(settings.IOP_SCALE, database)  # before writing any revision
+        if reason is None:
+            reason = database_refusal()  # R-SCALE-9: reachable and migrated, else one line
         if reason is not None:
             raise CommandError(f"cannot start: {reason}")
+        if settings.IOP_SCALE.enabled:
+            try:
+                scale.check_redis(settings.IOP_SCALE)  # R-SCALE-9: a Redis, new enough
+            except scale.ScaleOutRefused as exc:
+                raise CommandError(f"cannot start: {exc}") from None
         try:
             snapshot, revision = startup_revision(options.get("config"))
         except ConfigError as exc:
