@@ -303,6 +303,29 @@ def test_a_paused_edge_resumed_after_its_id_was_taken_cannot_serve_r_scale_4(clu
     restart_edge(cluster, victim)
 
 
+def test_runs_stay_on_the_asking_edges_own_node_when_loads_tie_r_scale_5(cluster):
+    """R-SCALE-5: gpt-test is p-a (node-1) or p-b (node-2), equal in priority. Asked one at a
+    time (loads tie at 0), an Edge holding one of the Nodes serves every run on it (no routed
+    run); an Edge holding neither alternates (round robin)."""
+    where = {cluster.edge_of("node-1"): "a", cluster.edge_of("node-2"): "b"}
+    assert None not in where and len(where) == 2, where
+    bare = next(h.index for h in cluster.edges if h.index not in where)
+
+    def served_by(index: int, runs: int) -> list[str]:
+        before = {name: len(cluster.upstream(name).server.requests) for name in ("a", "b")}
+        out = []
+        for i in range(runs):
+            assert ask(cluster, index, "gpt-test", f"local {index} {i}")[0] == 200
+            now = {name: len(cluster.upstream(name).server.requests) for name in ("a", "b")}
+            out += [name for name in now if now[name] > before[name]]
+            before = now
+        return out
+
+    for index, name in where.items():
+        assert served_by(index, 6) == [name] * 6
+    assert sorted(served_by(bare, 6)) == ["a"] * 3 + ["b"] * 3
+
+
 def test_a_read_of_the_pool_is_never_older_than_its_bound_r_scale_8(cluster):
     """R-SCALE-8: Edge 1 reads in_flight 2 while two runs of Edge 0 stream; they end. Once
     Redis has their releases and the bound (250 ms) has passed, Edge 1's first ``/pool`` read

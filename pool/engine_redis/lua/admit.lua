@@ -9,7 +9,7 @@ local cands, code = resolve(model, needs, long, excl)
 if code then return result({'error', code, ''}) end
 if #cands == 0 then return result({'error', 'no_available_provider', unavailable(model)}) end
 local id = S(redis.call('INCR', k('ids')))
-local pid, p, r = select(cands, long)
+local pid, p, r = select(cands, long, EDGE, FENCE)
 if pid then
   take(pid, p, r, id, long, EDGE)
   return result({'lease', id, p.n, pid})

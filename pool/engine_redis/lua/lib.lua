@@ -75,12 +75,12 @@ local function prov(pid) -- policy record {n, c, l, pr, e, caps, fp} or false
 end
 
 local NC = {}
-local function node(nid) -- {edge, gen, refused} or false
+local function node(nid) -- {edge, gen, refused, fence} or false
   local r = NC[nid]
   if r == nil then
-    local v = redis.call('HMGET', k('node', nid), 'edge', 'gen', 'refused')
+    local v = redis.call('HMGET', k('node', nid), 'edge', 'gen', 'refused', 'fence')
     if v[1] then
-      r = {edge = v[1], gen = v[2], refused = cjson.decode(v[3] or '{}')}
+      r = {edge = v[1], gen = v[2], refused = cjson.decode(v[3] or '{}'), fence = v[4] or ''}
     else
       r = false
     end
@@ -151,24 +151,28 @@ local function resolve(model, needs, long, excl)
 end
 local function changed() RC, NC = {}, {} end -- liveness moved: forget cached candidates
 
--- R-POOL-3: lowest in-flight, then lowest priority value, then least recently picked, then
--- (node, provider); a long request needs a long slot too (R-POOL-7); a half-open row takes
--- nothing while its trial is out (R-HEALTH-2).
-local function select(cands, long)
-  local best, bp, br
+-- R-POOL-3: lowest in-flight, then lowest priority value, then (R-SCALE-5) a Node connected
+-- to the asking process (edge, fence), then least recently picked, then (node, provider); a
+-- long request needs a long slot too (R-POOL-7); a half-open row takes nothing while its
+-- trial is out (R-HEALTH-2).
+local function select(cands, long, edge, fence)
+  local best, bp, br, bl
   for _, pid in ipairs(cands) do
     local p, r = prov(pid), row(k('prov', pid))
     local limit = p.c
     if r.trial ~= '0' then limit = 0 end
     if r.f < limit and not (long and r.lf >= p.l) then
+      local n = node(p.n)
+      local here = n and n.edge == edge and n.fence == fence
       local wins = best == nil or r.f < br.f
       if not wins and r.f == br.f then
         if p.pr ~= bp.pr then wins = p.pr < bp.pr
+        elseif here ~= bl then wins = here
         elseif r.lp ~= br.lp then wins = r.lp < br.lp
         elseif p.n ~= bp.n then wins = lt(p.n, bp.n)
         else wins = lt(pid, best) end
       end
-      if wins then best, bp, br = pid, p, r end
+      if wins then best, bp, br, bl = pid, p, r, here end
     end
   end
   return best, bp, br

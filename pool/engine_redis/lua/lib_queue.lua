@@ -145,9 +145,10 @@ local function pump(seeds)
     end
     if not bi then return end
     local c = open[bi]
-    local pid, p, r = select(c.cands, c.long)
-    if pid then
-      local w = waiter(bid)
+    local w = waiter(bid)
+    local pid, p, r
+    if w then pid, p, r = select(c.cands, c.long, w.edge, w.fence) end
+    if pid or not w then
       if not w then
         redis.call('ZREM', k('wq', c.id), bid)
       elseif not edge_alive(w) then
