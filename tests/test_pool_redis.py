@@ -328,3 +328,53 @@ async def test_r_scale_8_a_read_of_the_shared_pool_is_never_older_than_its_bound
         assert (await a.fresh_snapshot()).providers[0].in_flight == 2  # within the bound
         clock.now += VIEW_MAX_AGE_S / 2
         assert (await a.fresh_snapshot()).providers[0].in_flight == 0  # read first
+
+
+async def test_the_scripts_touch_no_key_or_channel_outside_the_prefix(caplog) -> None:
+    """Every script, run as a Redis ACL user allowed only ``{prefix}:*`` keys and channels
+    (what a shared Redis gives each deployment): admissions, a waiter granted across Edges,
+    health, renewal, sweep and the snapshot all run; a key outside is refused."""
+    import secrets
+
+    import redis.asyncio as aioredis
+    from redis.exceptions import NoPermissionError
+
+    from tests.support.redis_pool import REDIS_URL
+
+    admin = aioredis.Redis.from_url(REDIS_URL)
+    user, password = f"iop-test-{secrets.token_hex(4)}", secrets.token_hex(8)
+    try:
+        async with edges() as group:
+            await admin.execute_command(
+                "ACL", "SETUSER", user, "on", f">{password}", "resetkeys", f"~{group.prefix}:*",
+                "resetchannels", f"&{group.prefix}:*", "+@all",
+            )  # fmt: skip
+            group.url = f"redis://{user}:{password}@{REDIS_URL.split('://', 1)[1]}"
+            restricted = await group.start(policy(prov("p1", cap=1)), "edge-a")
+            other = await group.start(policy(prov("p1", cap=1)), "edge-b")
+            restricted.node_ready("n1", 1)
+            held = await restricted.acquire("m")
+            waiting = asyncio.create_task(other.acquire("m"))
+            await queued(restricted, 1)
+            restricted.failed(held, "upstream_error")
+            restricted.release(held)
+            lease = await asyncio.wait_for(waiting, 5)
+            other.succeeded(lease)
+            other.release(lease)
+            for pool in (restricted, other):
+                pool.renew()
+                pool.sweep()
+                await pool.flush()
+            assert (await restricted.fetch_snapshot()).providers[0].in_flight == 0
+            assert restricted.reachable and other.reachable
+            refused = [r for r in caplog.records if "NOPERM" in r.getMessage() + str(r.exc_info)]
+            assert not [r for r in caplog.records if r.name == "iop.pool.redis"] + refused
+            client = aioredis.Redis.from_url(group.url)
+            try:
+                with pytest.raises(NoPermissionError):
+                    await client.set("outside-the-prefix", "1")
+            finally:
+                await client.aclose()
+    finally:
+        await admin.execute_command("ACL", "DELUSER", user)
+        await admin.aclose()
