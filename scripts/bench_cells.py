@@ -210,10 +210,9 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "gc": ("edge-gc-undone", {"IOP_BENCH_UNDO": "gc"}),  # no gc.freeze / set_threshold
     "gc-7000": ("edge-gc-7000", {"IOP_BENCH_GC_THRESHOLD": "7000,10,10"}),  # 10x young gen
     "unpinned": ("edge-unpinned", {}),  # the OS places the Edge and the Node
-    # the event loop under the Edge (Twisted's asyncio reactor) and the Node (docs/performance.md)
-    "uvloop": ("edge-uvloop", {"IOP_BENCH_LOOP": "uvloop"}),
-    "uvloop-node": ("edge-uvloop-node", {"IOP_BENCH_LOOP": "uvloop", "IOP_BENCH_LOOP_IN": "node"}),
-    "asyncio": ("edge-asyncio", {"IOP_BENCH_LOOP": "asyncio"}),
+    # the event loop (nodes/loop.py): asyncio's own under both, or under the Edge only
+    "asyncio": ("edge-asyncio", {"IOP_EVENT_LOOP": "asyncio"}),
+    "asyncio-edge": ("edge-asyncio-edge", {"IOP_BENCH_ASYNCIO_IN": "edge"}),
 }
 
 

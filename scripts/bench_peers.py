@@ -159,7 +159,10 @@ LITELLM_CONFIG = """model_list:
       model: openai/bench-served
       api_base: http://127.0.0.1:{port}/v1
       api_key: bench
+general_settings:
+  master_key: {key}
 """
+LITELLM_KEY = "sk-bench-peer"  # the proxy refuses to start without a master key
 
 
 def _litellm(ctx: BenchContext, stack: contextlib.ExitStack) -> Target:
@@ -172,12 +175,12 @@ def _litellm(ctx: BenchContext, stack: contextlib.ExitStack) -> Target:
          "print(m.version('litellm'))"]
     )  # fmt: skip
     config = ctx.workdir / "litellm.yaml"
-    config.write_text(LITELLM_CONFIG.format(port=ctx.upstream_port))
+    config.write_text(LITELLM_CONFIG.format(port=ctx.upstream_port, key=LITELLM_KEY))
     port = free_port()
     argv = [str(command), "--config", str(config), "--port", str(port), "--num_workers", "1"]
     env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
     pid = stack.enter_context(_server(ctx, "litellm", argv, port, env, ctx.workdir))
-    return Target("litellm", port, {"litellm": pid}, token="bench")
+    return Target("litellm", port, {"litellm": pid}, token=LITELLM_KEY)
 
 
 @suite("peers")

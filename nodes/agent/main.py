@@ -15,6 +15,8 @@ from nodes.agent.credentials import load_opener
 from nodes.agent.secrets import SecretError, resolve_secret
 from nodes.envelope import KeyFileError
 from nodes.heap import settle_heap
+from nodes.loop import LoopChoiceError
+from nodes.loop import install as install_loop
 
 log = logging.getLogger("iop_node")
 
@@ -46,6 +48,11 @@ async def _run(config: NodeConfig, grace_s: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    try:  # uvloop unless IOP_EVENT_LOOP=asyncio (docs/performance.md)
+        loop_name = install_loop()
+    except LoopChoiceError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     try:
         config = load_config(args.config)
         if config.credential_plane is not None:  # R-AUTH-4: the keys must load at start
@@ -66,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    log.info("iop-node %s starting (node %s)", __version__, config.node_id)
+    log.info("iop-node %s starting (node %s, %s loop)", __version__, config.node_id, loop_name)
     asyncio.run(_run(config, args.shutdown_grace))
     return 0
 

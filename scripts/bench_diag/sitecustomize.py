@@ -7,9 +7,8 @@ pause over 2 ms with its time since start.
 ``IOP_BENCH_UNDO=gc``: make ``gc.freeze`` and ``gc.set_threshold`` no-ops, to measure a
 process as it was before the heap was settled (docs/performance.md).
 ``IOP_BENCH_GC_THRESHOLD=A,B,C``: start with these collector thresholds.
-``IOP_BENCH_LOOP=uvloop`` or ``asyncio``: the event loop the process gets from asyncio's
-policy (daphne makes the Edge's, under Twisted's reactor, on importing ``daphne.server``);
-``IOP_BENCH_LOOP_IN=edge`` or ``node`` limits that to one of the two (default both).
+``IOP_BENCH_ASYNCIO_IN=edge`` (or ``node``, or both): that process runs on asyncio's own
+loop instead of uvloop (``IOP_EVENT_LOOP=asyncio`` for it alone, nodes/loop.py).
 """
 
 from __future__ import annotations
@@ -24,18 +23,10 @@ from typing import Any
 
 if os.environ.get("IOP_BENCH_GC_THRESHOLD"):
     gc.set_threshold(*(int(n) for n in os.environ["IOP_BENCH_GC_THRESHOLD"].split(",")))
-_loop_in = os.environ.get("IOP_BENCH_LOOP_IN", "edge,node").split(",")
 _argv = " ".join(sys.orig_argv)
 _role = "node" if "nodes.agent.main" in _argv or "iop-node" in _argv else "edge"
-if os.environ.get("IOP_BENCH_LOOP") and _role in _loop_in:
-    import asyncio
-
-    if os.environ["IOP_BENCH_LOOP"] == "uvloop":
-        import uvloop
-
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    else:
-        asyncio.set_event_loop_policy(asyncio.DefaultEventLoopPolicy())
+if _role in os.environ.get("IOP_BENCH_ASYNCIO_IN", "").split(","):
+    os.environ["IOP_EVENT_LOOP"] = "asyncio"  # read by nodes.loop.install at start
 if os.environ.get("IOP_BENCH_UNDO") == "gc":
     gc.freeze = lambda: None
     gc.set_threshold = lambda *args: None  # type: ignore[assignment]
