@@ -212,6 +212,7 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "unpinned": ("edge-unpinned", {}),  # the OS places the Edge and the Node
     # the event loop (nodes/loop.py): asyncio's own under both, or under the Edge only
     "asyncio": ("edge-asyncio", {"IOP_EVENT_LOOP": "asyncio"}),
+    "uvloop": ("edge-uvloop", {"IOP_EVENT_LOOP": "uvloop"}),  # as shipped, for an A/B in order
     "asyncio-edge": ("edge-asyncio-edge", {"IOP_BENCH_ASYNCIO_IN": "edge"}),
 }
 
