@@ -138,7 +138,8 @@ def check(fn: Callable[[Figures], list[Check]]) -> Callable[[Figures], list[Chec
 
 
 def bench_providers(ctx: BenchContext, capacity: int = 256) -> list[dict[str, Any]]:
-    """The one provider every bench Edge has: capacity 256 on the shared upstream."""
+    """The one provider every bench Edge has, on the shared upstream (capacity 256 unless
+    said otherwise: the open-streams measurement needs more)."""
     return [
         {
             "id": "p-bench",
@@ -159,7 +160,7 @@ def edge_stack(
     capacity: int = 256,
     **config: Any,
 ) -> Iterator[Target]:
-    """A real Edge and Node (tests.support.Stack) with one provider of capacity 256 on the
+    """A real Edge and Node (tests.support.Stack) with one provider of ``capacity`` on the
     shared upstream, pinned like the core cells unless ``pin`` is false (``one_core``: the Node
     too on the server's CPU); ``config`` is merged into the Edge config (``openai=...`` for
     instance). Yields the target named ``name``."""
