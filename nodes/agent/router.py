@@ -152,8 +152,8 @@ class Router:
             await self._end(run_id, exc.to_wire())
             return
         forward = message.forward_headers if isinstance(message, wire.TunnelRequest) else {}
-        try:  # R-MGD-4: the run's own credential, for this one upstream call
-            auth = self._credentials.headers(
+        try:  # R-MGD-4: the run's own credential, for this one upstream call or program
+            credential = self._credentials.secret(
                 message.lease_envelope,
                 run_id=run_id,
                 provider=registry.providers.get(message.provider_id),
@@ -168,14 +168,13 @@ class Router:
             _log_failure(run_id, refused)
             await self._end(run_id, refused.to_wire())
             return
-        if auth:
-            forward = {**forward, **auth}
         spec = RunSpec(
             run_id=run_id,
             operation=message.operation,
             stream=message.stream,
             body=body,
             forward_headers=forward,
+            credential=credential,
         )
         out = RunOutput(run_id, self._send, credit=message.credit)
         run = _Run(run_id, out=out)
