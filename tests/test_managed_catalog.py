@@ -231,3 +231,23 @@ def test_the_admin_lists_routes_without_their_keys_r_mgd_3(keyring_file, staff):
     assert staff.post(change, data).status_code == 302
     route.refresh_from_db()
     assert (route.principal_ref, route.enabled, route.revision) == ("research", False, 2)
+
+
+def test_a_route_giving_a_slot_to_a_cli_provider_without_credential_env_is_refused_r_mgd_11(
+    tmp_path, keys
+):
+    """R-MGD-11: a cli provider takes its slot secret only in the environment variable it
+    names; without one the route is refused (the secret would go nowhere, never in argv)."""
+    path = tmp_path / "keyring.json"
+    call_command("iop_keyring", "init", str(path), "--key-id", "k1", stdout=io.StringIO())
+    document = managed_document(keys, path)
+    document["nodes"][0]["providers"] += [
+        {"id": "tool-bare", "profile": "cli", "command": ["tool"]},
+        {"id": "tool-env", "profile": "cli", "command": ["tool"], "credential_env": "TOOL_KEY"},
+    ]
+    document["models"].append({"id": "tool", "providers": {"tool-bare": "t", "tool-env": "t"}})
+    document_to_catalog(document)
+    set_slot("tool-slot", "cli")
+    with pytest.raises(CommandError, match="'tool-bare' is a cli provider without credential_env"):
+        create_route("r1", "--model", "tool", "--slot", "tool-bare=tool-slot")
+    assert create_route("r2", "--model", "tool", "--slot", "tool-env=tool-slot")
