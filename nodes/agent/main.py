@@ -1,4 +1,5 @@
-"""``iop-node --config node.yaml``: run a Node until SIGTERM/SIGINT, then exit 0."""
+"""``iop-node --config node.yaml``: run a Node until SIGTERM/SIGINT, then exit 0.
+``iop-node keygen --out DIR``: make the Node's recipient key pair (nodes.agent.keygen)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from nodes.agent import __version__
 from nodes.agent.client import NodeClient
 from nodes.agent.config import NodeConfig, NodeConfigError, load_config
 from nodes.agent.credentials import load_opener
+from nodes.agent.keygen import keygen
 from nodes.agent.secrets import SecretError, resolve_secret
-from nodes.envelope import KeyFileError
+from nodes.envelope import KeyFileError, KeyFileExposed
 from nodes.heap import settle_heap
+from secretref.keyfiles import PrivateFileError, check_private
 
 log = logging.getLogger("iop_node")
 
@@ -45,11 +48,19 @@ async def _run(config: NodeConfig, grace_s: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["keygen"]:
+        return keygen(argv[1:])
     args = _parser().parse_args(argv)
     try:
         config = load_config(args.config)
+        if config.tls is not None and config.tls.key_file is not None:
+            check_private(config.tls.key_file, "tls.key_file")
         if config.credential_plane is not None:  # R-AUTH-4: the keys must load at start
             load_opener(config.credential_plane)
+    except (KeyFileExposed, PrivateFileError) as exc:  # R-TLS-5: one line, the fix, exit 1
+        print(exc, file=sys.stderr)
+        return 1
     except (NodeConfigError, KeyFileError) as exc:
         print(exc, file=sys.stderr)
         return 2
