@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from tests.fakes import CLI_TOOL
 from tests.support import Stack
@@ -150,3 +151,23 @@ def test_a_program_sees_the_base_environment_not_the_nodes_other_secrets_r_tls_3
     for name in ("IOP_NODE_TOKEN", "IOP_ALLOWED_KEY", "IOP_OTHER_KEY"):
         assert name not in env
     assert "sk-other-secret" not in json.dumps(env) and "sk-allowed" not in json.dumps(env)
+
+
+def test_a_pushed_revision_cannot_swap_in_a_probe_the_policy_forbids_r_tls_3(stack: Stack):
+    """R-TLS-3 (sharpened): probe_command is a live key; a revision that points an allowed
+    provider's probe at another program is checked when the Node installs it: the provider
+    turns unavailable with the reason, and the program never runs."""
+    document = yaml.safe_load(stack.config_path.read_text())
+    (provider,) = [p for p in document["nodes"][0]["providers"] if p["id"] == "p-probed"]
+    marker = stack.dir / "pushed-probe.marker"
+    provider["probe_command"] = ["/bin/sh", "-c", f"id > {marker}"]
+    provider["probe_interval_s"] = 1
+    status, report = stack.refresh("apply", document)
+    assert status == 200, report
+    stack.wait_until(
+        lambda snap: bool(provider_row(snap, "p-probed")["unavailable"]),
+        what="p-probed refused after the push",
+    )
+    reason = provider_row(stack.pool_snapshot(), "p-probed")["unavailable"]
+    assert reason.startswith("refused by node policy: probe command /bin/sh -c 'id > ")
+    assert not marker.exists()
