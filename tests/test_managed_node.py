@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -165,24 +166,22 @@ async def test_a_node_without_recipient_keys_refuses_an_envelope_r_auth_4(
         assert fake_openai.requests == []
 
 
+def managed_config(tmp_path, plane: dict) -> Path:
+    """A managed node.yaml naming ``plane`` (its token a file), for start checks."""
+    config, token = tmp_path / "node.yaml", tmp_path / "token"
+    token.write_text("t")
+    doc = {"node_id": NODE, "edge_url": "wss://127.0.0.1:1/ws/node",
+           "token": {"file": str(token)}, "credential_plane": plane}  # fmt: skip
+    config.write_text(yaml.safe_dump(doc))
+    return config
+
+
 def test_a_node_whose_key_files_do_not_load_refuses_to_start(tmp_path, keys, capsys):
     """R-AUTH-4: the managed keys are checked at start; the error names the file."""
     plane = keys.node_plane()
     (tmp_path / "bad.key").write_text("not a key")
     plane["recipient_private_key_file"] = str(tmp_path / "bad.key")
-    config = tmp_path / "node.yaml"
-    token = tmp_path / "token"
-    token.write_text("t")
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "node_id": NODE,
-                "edge_url": "wss://127.0.0.1:1/ws/node",
-                "token": {"file": str(token)},
-                "credential_plane": plane,
-            }
-        )
-    )
+    config = managed_config(tmp_path, plane)
     assert main(["--config", str(config), "--check"]) == 2
     err = capsys.readouterr().err
     bad = tmp_path / "bad.key"
@@ -228,19 +227,7 @@ def test_a_node_refuses_to_start_on_a_recipient_key_others_can_read_r_tls_5(tmp_
     plane = keys.node_plane()
     key_file = plane["recipient_private_key_file"]
     os.chmod(key_file, 0o640)
-    config = tmp_path / "node.yaml"
-    token = tmp_path / "token"
-    token.write_text("t")
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "node_id": NODE,
-                "edge_url": "wss://127.0.0.1:1/ws/node",
-                "token": {"file": str(token)},
-                "credential_plane": plane,
-            }
-        )
-    )
+    config = managed_config(tmp_path, plane)
     assert main(["--config", str(config), "--check"]) == 1
     err = capsys.readouterr().err.strip()
     assert err == (
