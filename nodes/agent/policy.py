@@ -18,6 +18,7 @@ program (runs and probes), and the HTTP client before it dials any URL (runs and
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import shlex
 from collections.abc import Iterator
@@ -120,6 +121,7 @@ class NodePolicy(_Strict):
         return Gate(self).provider(provider)
 
 
+@functools.lru_cache(maxsize=1024)  # a policy's patterns, parsed once, not per dial
 def parse_host(pattern: str) -> HostPattern:
     """``[scheme://]host[:port]`` -> a pattern; a bare one is https only; IPv6 in brackets."""
     text = pattern.strip().lower()
