@@ -251,3 +251,21 @@ def test_without_a_policy_only_http_and_https_upstreams_are_dialed(tmp_path):
     assert Registry(payload, None).errors["p"] == (
         "refused by node policy: upstream file:// is not http or https"
     )
+
+
+def test_the_printed_policy_is_the_narrowest_with_probes_and_schemes_r_tls_3(tmp_path):
+    """R-TLS-3: iop_node_policy's policy lists each command and probe command as its exact
+    argv and each upstream with its scheme; it allows the payload and nothing wider."""
+    from nodes.agent.policy import policy_for
+
+    cli = _cli(["tool", "-q"], probe_command=["tool", "--version"])
+    local = _http("http://127.0.0.1:11434/api/chat")
+    cloud = _http("https://api.openai.com/v1/chat/completions")
+    printed = policy_for(NodePayload(node_id="n", revision="r", providers=[cli, local, cloud]))
+    assert printed["commands"] == [["tool", "-q", "$"], ["tool", "--version", "$"]]
+    assert printed["hosts"] == ["api.openai.com:443", "http://127.0.0.1:11434"]
+    policy = _policy(tmp_path, **printed)
+    assert [policy.refusal(p) for p in (cli, local, cloud)] == [None, None, None]
+    assert policy.refusal(_cli(["tool", "-q", "--extra"])) is not None
+    assert policy.refusal(_http("http://api.openai.com/v1/chat/completions")) is not None
+    assert policy.refusal(_http("https://127.0.0.1:11434/api/chat")) is not None
