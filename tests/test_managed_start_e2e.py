@@ -71,15 +71,16 @@ def test_runedge_refuses_a_managed_key_file_that_does_not_load_r_auth_4(
     assert key_text not in done.stderr + done.stdout
 
 
-@pytest.mark.parametrize("which", ["issuer", "tls"])
+@pytest.mark.parametrize("which", ["issuer", "keyring", "tls"])
 def test_runedge_refuses_a_private_key_file_others_can_read_r_tls_5(tmp_path: Path, which: str):
-    """R-TLS-5: the issuer key or a listener's TLS key readable by group or others stops the
-    Edge with one line naming the file and the fix; exit 1, no traceback, no key."""
+    """R-TLS-5: the issuer key, the keyring or a listener's TLS key readable by group or
+    others stops the Edge with one line naming the file and the fix; exit 1, no traceback,
+    no key."""
     keys = mint_keys(tmp_path / "keys", "n1")
     keyring = tmp_path / "keyring.json"
     write_private(keyring, new_keyring("k1").dump())
-    path = keys.issuer_key if which == "issuer" else tmp_path / "key.pem"
-    if which == "issuer":
+    path = {"issuer": keys.issuer_key, "keyring": keyring, "tls": tmp_path / "key.pem"}[which]
+    if which != "tls":
         path.chmod(0o644)
     done = runedge(tmp_path, managed_document(keys, keyring), 0o644 if which == "tls" else 0o600)
     assert done.returncode == 1
