@@ -290,6 +290,8 @@ class NodeHub:
             "body_parts": len(parts),
             "credit": window,
             "lease_envelope": envelope,
+            "request_id": spec.request_id,
+            "traceparent": spec.traceparent,
         }
         message: wire.TunnelRequest | wire.RunRequest = (  # R-POOL-10: passthrough or normalized
             wire.TunnelRequest(**fields, forward_headers=dict(spec.forward_headers))

@@ -192,6 +192,8 @@ class RunRouter:
             body="" if parts else body,
             body_parts=len(parts),
             forward_headers=dict(spec.forward_headers) if spec.tunnel else {},
+            request_id=spec.request_id,
+            traceparent=spec.traceparent,
         )
         messages: list[Msg] = [Part(run_id=run_id, reply_to=self.edge_id, data=p) for p in parts]
 
@@ -280,6 +282,8 @@ class RunRouter:
             stream=order.stream,
             body=body.encode(),
             forward_headers=tuple(order.forward_headers.items()),
+            request_id=order.request_id,
+            traceparent=order.traceparent,
         )
         channel: RunChannel | None = None
         try:

@@ -30,6 +30,8 @@ class RunOrder:
     # Managed mode: issues the run's lease envelope once its id and the Node's connection
     # generation are known, (run_id, node_id, generation) -> envelope (R-MGD-4).
     seal: Callable[[str, str, int], dict[str, Any]] | None = None
+    request_id: str = ""  # R-OBS-1: the request this run serves
+    traceparent: str = ""  # R-OBS-2: the W3C trace context the Node's spans continue
 
 
 Grant = Callable[[int], None]

@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from pool.models import UsageBucket
+from pool.models import RequestLogEntry, UsageBucket
 
 
 @admin.register(UsageBucket)
@@ -38,6 +38,42 @@ class UsageBucketAdmin(admin.ModelAdmin):
     date_hierarchy = "bucket_start"
     list_per_page = 100
     readonly_fields = [field.name for field in UsageBucket._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(RequestLogEntry)
+class RequestLogEntryAdmin(admin.ModelAdmin):
+    """The request log (R-OBS-1): search by the request id a caller got in ``x-request-id``."""
+
+    list_display = (
+        "at",
+        "request_id",
+        "model_group",
+        "provider",
+        "node",
+        "principal_ref",
+        "status",
+        "code",
+        "input_tokens",
+        "output_tokens",
+        "queue_wait_ms",
+        "ttft_ms",
+        "duration_ms",
+    )
+    list_filter = ("code", "model_group", "provider", "principal_ref", "stream", "at")
+    search_fields = ("=request_id", "=trace_id")
+    date_hierarchy = "at"
+    list_per_page = 100
+    show_full_result_count = False  # a large table: no COUNT(*) per page
+    readonly_fields = [field.name for field in RequestLogEntry._meta.fields]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -131,7 +131,8 @@ async def test_metrics_show_the_request_under_provider_attribution(runtime: Edge
     assert requests[labels(operation="chat_completions", model_group="qwen-local",
                            provider="vllm-local", code="ok")] == 1  # fmt: skip
     durations = samples(text, "iop_request_duration_seconds_count")
-    assert durations[labels(operation="chat_completions", model_group="qwen-local")] == 1
+    assert durations[labels(operation="chat_completions", model_group="qwen-local",
+                            provider="vllm-local")] == 1  # fmt: skip
 
 
 async def test_metrics_show_the_request_under_model_group_attribution(
