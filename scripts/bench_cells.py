@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 # Modules whose import registers more suites or checks (each one: scripts/<name>.py).
-SUITE_MODULES: tuple[str, ...] = ("bench_tls", "bench_limits", "bench_gate", "bench_scale")
+SUITE_MODULES: tuple[str, ...] = (
+    "bench_tls", "bench_limits", "bench_gate", "bench_scale", "bench_tracing",
+)  # fmt: skip
 BODIES = {
     "json": {"model": "bench", "messages": [{"role": "user", "content": "ping"}]},
     "stream": {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "ping"}]},

@@ -151,7 +151,8 @@ def test_api_pool_gives_staff_the_pool_snapshot_unchanged(live, staff_client) ->
     body = response.json()
     gate = body.pop("gate")  # Stream Evidence Gate counts, beside the engine's snapshot
     body.pop("revision")  # the revision this Edge runs, beside it too
-    assert body == pool.snapshot() and gate == {}
+    ttft = body.pop("ttft")  # R-OBS-3: time to first token per provider, recent window
+    assert body == pool.snapshot() and gate == {} and ttft == {}
     full = next(row for row in body["providers"] if row["provider_id"] == "p-full")
     assert (full["in_flight"], full["queued"], body["queue_depth"]) == (1, 1, 1)
 

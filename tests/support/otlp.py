@@ -2,7 +2,8 @@
 
 It speaks the real wire format: ``POST /v1/traces`` with a protobuf
 ``ExportTraceServiceRequest`` (decoded with ``opentelemetry-proto``). ``mode`` makes it a
-failing collector: ``"error"`` answers 500, ``"hang"`` never answers until it is stopped.
+failing collector: ``"error"`` answers 500, ``"hang"`` never answers until it is stopped;
+``"sink"`` accepts and counts without decoding (the tracing bench).
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ class OtlpReceiver:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                receiver._take(body)
+                if receiver.mode != "sink":
+                    receiver._take(body)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", "0")
