@@ -91,6 +91,7 @@ def measure(upstream_port: int, seconds: float, rounds: int) -> dict[str, Any]:
                           file=sys.stderr, flush=True)  # fmt: skip
             for stack in stacks.values():
                 stack.wait_idle()
+        door = door_cost_us(sink.endpoint)
     finally:
         sink.stop()
     cpu = {name: statistics.median(found) for name, found in cpu_ms.items()}
@@ -105,8 +106,72 @@ def measure(upstream_port: int, seconds: float, rounds: int) -> dict[str, Any]:
         "cost_pct": round(100 * (cpu["on"] / cpu["off"] - 1), 1),
         "noise_pct": round(100 * (cpu["off-a/a"] / cpu["off"] - 1), 1),
         "exports": sink.posts,
+        "door_us": door,
         "load_before": [round(v, 2) for v in load_before],
         "load_after": [round(v, 2) for v in os.getloadavg()],
+    }
+
+
+def door_cost_us(endpoint: str, iterations: int = 20_000) -> dict[str, float]:
+    """In-process cost of what the door adds to one request (``pool.http.observe``: begin,
+    the wrapped sends, one admission, the run ids, finish), in microseconds over a bare
+    pair of sends: with tracing off, and on with every request sampled and exported."""
+    import asyncio
+    import time
+
+    from obskit.otel import start_tracing
+    from pool.http import observe
+
+    headers = {b"authorization": b"Bearer x", b"content-type": b"application/json"}
+    start = {"type": "http.response.start", "status": 200, "headers": []}
+    body = {"type": "http.response.body", "body": b"{}"}
+
+    async def send(message: dict[str, Any]) -> None:
+        return None
+
+    async def bare() -> float:
+        began = time.perf_counter()
+        for _ in range(iterations):
+            await send({**start})
+            await send(body)
+        return time.perf_counter() - began
+
+    async def door(tracing: Any) -> float:
+        began = time.perf_counter()
+        for _ in range(iterations):
+            obs = observe.begin(headers, tracing, "chat_completions")
+            observed = observe.answering(send, obs)
+            with observe.admission():
+                pass
+            observe.run_ids()
+            await observed({**start})
+            await observed(body)
+            observe.finish(
+                obs,
+                None,
+                operation="chat_completions",
+                request_model="bench",
+                response_model="bench-served",
+                input_tokens=10,
+                output_tokens=20,
+                provider="p-bench",
+                node="node-1",
+                principal="bench",
+                status=200,
+            )
+        return time.perf_counter() - began
+
+    base = min(asyncio.run(bare()) for _ in range(3))
+    off = min(asyncio.run(door(None)) for _ in range(3))
+    tracing = start_tracing("iop-bench", {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint})
+    assert tracing is not None
+    try:
+        on = min(asyncio.run(door(tracing)) for _ in range(3))
+    finally:
+        tracing.shutdown()
+    return {
+        "off": round((off - base) * 1e6 / iterations, 2),
+        "on": round((on - base) * 1e6 / iterations, 2),
     }
 
 
@@ -122,6 +187,11 @@ def render(result: dict[str, Any]) -> str:
         f"  on vs off {result['cost_pct']:+.1f}% Edge CPU per request; off vs off (A/A) "
         f"{result['noise_pct']:+.1f}%; {result['exports']} OTLP exports; errors "
         f"{result['errors']}; load average {result['load_before']} -> {result['load_after']}"
+    )
+    door = result["door_us"]
+    lines.append(
+        f"  in process: the door adds {door['off']:.2f} us per request with tracing off, "
+        f"{door['on']:.2f} us with every request sampled (Edge span only)"
     )
     return "\n".join(lines)
 

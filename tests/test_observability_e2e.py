@@ -104,8 +104,9 @@ def test_one_trace_from_the_callers_traceparent_to_the_upstream_r_obs_2(
     assert edge.attributes["iop.node"] == "node-1"
     assert edge.attributes["iop.principal"] == "team-test"
     assert edge.attributes["iop.request_id"] == "obs-e2e-1"
-    assert [name for name, _ in edge.events] == ["admission"]
-    assert edge.events[0][1]["iop.admission"] == "admitted"
+    assert edge.attributes["iop.admission"] == "admitted"
+    assert edge.attributes["iop.admissions"] == 1
+    assert edge.attributes["iop.queue_wait_ms"] >= 0
     assert run.attributes["gen_ai.request.model"] == "served-gpt"
     assert run.attributes["gen_ai.usage.output_tokens"] == upstream.completion_tokens
     assert run.attributes["iop.provider"] == "p-openai"

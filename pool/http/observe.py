@@ -34,8 +34,8 @@ _REQUEST_ID_NAME = REQUEST_ID_HEADER.encode()
 class Observation:
     """What one request's observation holds between the door and its end."""
 
-    __slots__ = ("_token", "admitted_at", "first_byte_at", "queue_wait_s", "request_id",
-                 "span", "started", "traceparent")  # fmt: skip
+    __slots__ = ("_token", "admissions", "admitted_at", "first_byte_at", "outcome",
+                 "queue_wait_s", "request_id", "span", "started", "traceparent")  # fmt: skip
 
     def __init__(self, request_id: str, traceparent: str, started: float) -> None:
         self.request_id = request_id
@@ -44,6 +44,8 @@ class Observation:
         self.queue_wait_s: float | None = None  # time spent in admission (all attempts)
         self.admitted_at: float | None = None
         self.first_byte_at: float | None = None  # the first output byte sent to the client
+        self.admissions = 0
+        self.outcome = ""  # the last admission's: admitted, or the refusal's code
         self.span: Any = None
         self._token: object = None
 
@@ -62,7 +64,6 @@ def begin(headers: dict[bytes, bytes], tracing: Tracing | None, name: str) -> Ob
         from obskit import spans
 
         obs.span = span = spans.start(tracing.tracer, name, incoming, spans.SERVER)
-        span.set_attribute(spans.REQUEST_ID, request_id)
         obs._token = spans.activate(span)
         obs.traceparent = spans.traceparent_of(span)
         TRACE_ID.set(spans.trace_id_of(span))
@@ -113,12 +114,8 @@ class admission:  # lower case: it reads as ``with observe.admission():``
         obs.queue_wait_s = (obs.queue_wait_s or 0.0) + (now - self._start)
         if kind is None and obs.admitted_at is None:
             obs.admitted_at = now
-        if obs.span is not None:
-            outcome = "admitted" if kind is None else str(getattr(exc, "code", "refused"))
-            obs.span.add_event(
-                "admission",
-                {"iop.admission": outcome, "iop.queue_wait_ms": (now - self._start) * 1000},
-            )
+        obs.admissions += 1
+        obs.outcome = "admitted" if kind is None else str(getattr(exc, "code", "refused"))
 
 
 def run_ids() -> tuple[str, str]:
@@ -158,6 +155,7 @@ def finish(
     from obskit import spans
 
     obs.span = None
+    waited = obs.queue_wait_s
     if request_model:
         span.update_name(f"{spans.genai_operation(operation)} {request_model}")
     spans.end(span, error_code, {
@@ -169,7 +167,12 @@ def finish(
         spans.PROVIDER: provider,
         spans.NODE: node,
         spans.PRINCIPAL: principal,
+        spans.REQUEST_ID: obs.request_id,
         "http.response.status_code": status,
+        # R-OBS-2: the admission, as attributes (an event per admission costs more)
+        "iop.admission": obs.outcome,
+        "iop.admissions": obs.admissions,
+        "iop.queue_wait_ms": None if waited is None else round(waited * 1000, 3),
     })  # fmt: skip
     if obs._token is not None:
         spans.deactivate(obs._token)
