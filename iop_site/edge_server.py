@@ -21,13 +21,15 @@ from iop_site.twisted_guards import attach_flow
 log = logging.getLogger("iop.edge")
 
 
-def route_twisted_log() -> None:
+def route_twisted_log() -> Any:
     """Twisted's own log events go through the standard logging (logger ``twisted``), so its
     warnings and errors are written like every other line (R-OBS-4). daphne, at verbosity 0,
-    sends them nowhere; this adds an observer beside its."""
+    sends them nowhere; this adds an observer beside its, and returns it."""
     from twisted.logger import STDLibLogObserver, globalLogPublisher
 
-    globalLogPublisher.addObserver(STDLibLogObserver("twisted"))
+    observer = STDLibLogObserver("twisted")
+    globalLogPublisher.addObserver(observer)
+    return observer
 
 
 class EdgeServer(Server):  # type: ignore[misc]

@@ -10,8 +10,21 @@ from django.http import HttpRequest
 from pool.models import RequestLogEntry, UsageBucket
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows the meter writes: operators read and filter them, never add, change or delete."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(UsageBucket)
-class UsageBucketAdmin(admin.ModelAdmin):
+class UsageBucketAdmin(ReadOnlyAdmin):
     list_display = (
         "bucket_start",
         "model_group",
@@ -39,18 +52,9 @@ class UsageBucketAdmin(admin.ModelAdmin):
     list_per_page = 100
     readonly_fields = [field.name for field in UsageBucket._meta.fields]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
 
 @admin.register(RequestLogEntry)
-class RequestLogEntryAdmin(admin.ModelAdmin):
+class RequestLogEntryAdmin(ReadOnlyAdmin):
     """The request log (R-OBS-1): search by the request id a caller got in ``x-request-id``."""
 
     list_display = (
@@ -74,12 +78,3 @@ class RequestLogEntryAdmin(admin.ModelAdmin):
     list_per_page = 100
     show_full_result_count = False  # a large table: no COUNT(*) per page
     readonly_fields = [field.name for field in RequestLogEntry._meta.fields]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

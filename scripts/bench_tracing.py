@@ -12,12 +12,10 @@ Alone: ``.venv/bin/python scripts/bench_tracing.py [--seconds 3 --rounds 5]``.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -26,7 +24,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "scripts")) if p not in sys.path]
 
-from bench_cells import BenchContext, epilogue  # noqa: E402
+from bench_cells import BenchContext, epilogue, run_alone  # noqa: E402
 from bench_client import cpu_seconds, run_wrk  # noqa: E402
 
 from tests.support import Stack  # noqa: E402
@@ -205,27 +203,7 @@ def tracing_epilogue(ctx: BenchContext) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--seconds", type=float, default=3.0, help="length of each wrk run")
-    parser.add_argument("--rounds", type=int, default=5, help="runs per stack; medians count")
-    parser.add_argument("--json", help="also write the results to this file")
-    args = parser.parse_args()
-    upstream = subprocess.Popen(
-        [sys.executable, "scripts/bench_upstream.py"], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert upstream.stdout is not None
-        port = int(upstream.stdout.readline().strip())
-        result = measure(port, args.seconds, args.rounds)
-    finally:
-        upstream.terminate()
-        upstream.wait(10)
-    print(render(result))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
-    return 0
+    return run_alone(__doc__ or "", measure, render, "stack")
 
 
 if __name__ == "__main__":

@@ -130,3 +130,24 @@ def test_a_bad_traceparent_is_ignored_r_obs_2(raw: str) -> None:
 def test_a_good_traceparent_is_kept() -> None:
     assert traceparent_from(TRACEPARENT) == TRACEPARENT
     assert traceparent_from(TRACEPARENT.encode()) == TRACEPARENT
+
+
+def test_twisteds_own_log_goes_through_the_standard_logging_r_obs_4(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """R-OBS-4: a Twisted warning (daphne would drop it) becomes a record of logger
+    ``twisted``, so it is written in the Edge's format like every other line."""
+    import daphne.server  # noqa: F401  (the asyncio reactor first, as the Edge does)
+    from twisted.logger import Logger, globalLogPublisher
+
+    from iop_site.edge_server import route_twisted_log
+
+    observer = route_twisted_log()
+    try:
+        with caplog.at_level(logging.WARNING, logger="twisted"):
+            Logger(namespace="twisted.web.http").warn("connection lost oddly: {why}", why="x")
+    finally:
+        globalLogPublisher.removeObserver(observer)
+    (record,) = [r for r in caplog.records if r.name == "twisted"]
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == "connection lost oddly: x"

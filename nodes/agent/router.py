@@ -221,6 +221,8 @@ class Router:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
                 self.runs.pop(run.run_id, None)
+                gone = wire.RunError(code="node_gone", message="the connection to the Edge ended")
+                RunTracer.end(run.span, wire.RunEnd(run_id=run.run_id, ok=False, error=gone))
                 raise  # the connection is gone: nothing to tell the Edge
             await out.drain(discard=True)
             error = wire.RunError(
