@@ -43,6 +43,7 @@ from nodes.remote_wire import (
 )
 from nodes.runs import NodeUnavailable, RunChannel, RunOrder
 from nodes.tokens import sane_usage
+from obskit.context import MAX_REQUEST_ID_CHARS, REQUEST_ID, RUN_ID
 
 log = logging.getLogger("iop.nodes.remote")
 
@@ -273,6 +274,9 @@ class RunRouter:
 
     async def _serve(self, key: tuple[str, str], served: _Served, order: Open) -> None:
         requester, run_id = key
+        # R-OBS-1: this task's log lines name the request (its own task: nothing leaks)
+        REQUEST_ID.set(order.request_id[:MAX_REQUEST_ID_CHARS])
+        RUN_ID.set(run_id[:64])
         whole = len(served.parts) == order.body_parts
         body = "".join(served.parts) if order.body_parts else order.body
         served.parts = []

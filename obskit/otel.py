@@ -25,6 +25,9 @@ log = logging.getLogger("iop.tracing")
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 PROTOCOL_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
 SUPPORTED_PROTOCOL = "http/protobuf"
+# The samplers the SDK knows by name; the ratio ones take OTEL_TRACES_SAMPLER_ARG in 0..1.
+SAMPLERS = ("always_on", "always_off", "traceidratio", "parentbased_always_on",
+            "parentbased_always_off", "parentbased_traceidratio")  # fmt: skip
 SHUTDOWN_WAIT_S = 3.0  # at exit, the last spans get this long to leave
 
 
@@ -42,7 +45,23 @@ def tracing_requested(environ: Mapping[str, str] = os.environ) -> bool:
 
 
 def check_environment(environ: Mapping[str, str] = os.environ) -> None:
-    """Refuse what would validate nowhere: a protocol other than OTLP over HTTP."""
+    """Refuse what the SDK would only warn about and replace: a protocol other than OTLP over
+    HTTP, an unknown sampler, a ratio that is not a number in 0..1."""
+    sampler = environ.get("OTEL_TRACES_SAMPLER", "").strip()
+    if sampler and sampler not in SAMPLERS:
+        raise TracingConfigError(
+            f"OTEL_TRACES_SAMPLER={sampler[:40]!r}: not one of {', '.join(SAMPLERS)}"
+        )
+    arg = environ.get("OTEL_TRACES_SAMPLER_ARG", "").strip()
+    if arg and sampler.endswith("traceidratio"):
+        try:
+            ratio = float(arg)
+        except ValueError:
+            ratio = -1.0
+        if not 0.0 <= ratio <= 1.0:
+            raise TracingConfigError(
+                f"OTEL_TRACES_SAMPLER_ARG={arg[:40]!r}: a ratio from 0 to 1 is expected"
+            )
     for name in PROTOCOL_VARIABLES:
         value = environ.get(name, "").strip()
         if value and value != SUPPORTED_PROTOCOL:

@@ -52,6 +52,34 @@ def test_a_protocol_other_than_http_protobuf_is_refused_with_its_name(name: str)
     check_environment({**ENDPOINT, name: "http/protobuf"})
 
 
+@pytest.mark.parametrize(
+    ("environ", "named"),
+    [
+        ({"OTEL_TRACES_SAMPLER": "sometimes"}, "OTEL_TRACES_SAMPLER"),
+        (
+            {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "1.5"},
+            "OTEL_TRACES_SAMPLER_ARG",
+        ),
+        (
+            {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "half"},
+            "OTEL_TRACES_SAMPLER_ARG",
+        ),
+    ],
+    ids=["unknown-sampler", "ratio-above-1", "ratio-not-a-number"],
+)
+def test_a_sampler_the_sdk_would_replace_is_refused(environ: dict[str, str], named: str) -> None:
+    """The SDK only warns and samples everything; the Edge and the Node refuse to start."""
+    with pytest.raises(TracingConfigError, match=named):
+        check_environment({**ENDPOINT, **environ})
+
+
+@pytest.mark.parametrize("ratio", ["0", "1", "0.25"])
+def test_ratios_zero_to_one_are_accepted(ratio: str) -> None:
+    check_environment(
+        {**ENDPOINT, "OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": ratio}
+    )
+
+
 class Failing:
     def __init__(self, raises: bool) -> None:
         self.raises = raises

@@ -4,11 +4,12 @@ config; the flags win over IOP_EDGE_ID / IOP_*_LISTEN (docs/configuration.md).""
 
 from __future__ import annotations
 
+import io
 import logging
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 
 from obskit.logs import announce
 
@@ -33,17 +34,39 @@ class Command(BaseCommand):
                 f"else the config's {role}.listen)",
             )
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def execute(self, *args: Any, **options: Any) -> Any:
         from django.conf import settings
 
         try:
-            self._start(settings, options)
+            return super().execute(*args, **options)
         except CommandError as exc:
             if settings.LOG_FORMAT != "json":
                 raise
             # R-OBS-4: even the reason the Edge did not start is one JSON line
             logging.getLogger("iop.edge").error("%s", exc)
             sys.exit(1)
+
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        """Django's system checks; in JSON mode what they would print is one log line."""
+        from django.conf import settings
+
+        if settings.LOG_FORMAT != "json":
+            super().check(*args, **kwargs)
+            return
+        out, err = io.StringIO(), io.StringIO()
+        self.stdout, self.stderr = OutputWrapper(out), OutputWrapper(err)
+        try:
+            super().check(*args, **kwargs)
+        finally:
+            self.stdout, self.stderr = OutputWrapper(sys.stdout), OutputWrapper(sys.stderr)
+            for level, text in ((logging.INFO, out.getvalue()), (logging.WARNING, err.getvalue())):
+                if text.strip():
+                    logging.getLogger("iop.edge").log(level, "%s", text.strip())
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from django.conf import settings
+
+        self._start(settings, options)
 
     def _say(self, settings: Any, text: str) -> None:
         if settings.LOG_FORMAT == "json":
