@@ -141,6 +141,8 @@ def test_ids_reach_the_response_both_logs_and_the_request_log_r_obs_1_r_obs_4(
     assert any("IOP Edge ready" in line["message"] for line in edge_lines)
     edge_about = [line for line in edge_lines if line["request_id"] == "obs-e2e-fail"]
     assert edge_about and all(line["trace_id"] for line in edge_about)
+    assert {(line["node"], line["provider"]) for line in edge_about} == {("node-1", "p-openai")}
+    assert all(line["run_id"] for line in edge_about)
     node_about = [line for line in node_lines if line["request_id"] == "obs-e2e-fail"]
     assert node_about, node_lines[-5:]
     assert {line["node"] for line in node_about} == {"node-1"}

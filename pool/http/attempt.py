@@ -91,6 +91,7 @@ async def open_attempt(
     )
     # may raise NodeUnavailable
     attempt.channel = await attempt.runtime.hub.open_run(lease, spec, attempt.window)
+    observe.running(attempt.channel.run_id, lease.node_id, lease.provider_id)
     source: RunSource = attempt.channel
     if xlate is not None:
         source = TranslatedChannel(attempt.channel, stream=xlate.stream, whole=xlate.whole)

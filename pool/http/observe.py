@@ -16,8 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from edgekit.http import Send
 from obskit.context import (
+    NODE,
+    PROVIDER,
     REQUEST_ID,
     REQUEST_ID_HEADER,
+    RUN_ID,
     TRACE_ID,
     request_id_from,
     trace_id_of,
@@ -116,6 +119,14 @@ class admission:  # lower case: it reads as ``with observe.admission():``
             obs.admitted_at = now
         obs.admissions += 1
         obs.outcome = "admitted" if kind is None else str(getattr(exc, "code", "refused"))
+
+
+def running(run_id: str, node_id: str, provider_id: str) -> None:
+    """The request's run is open: the Edge's log lines about it name the run, Node and
+    provider from now on (R-OBS-4)."""
+    RUN_ID.set(run_id)
+    NODE.set(node_id)
+    PROVIDER.set(provider_id)
 
 
 def run_ids() -> tuple[str, str]:
