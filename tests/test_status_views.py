@@ -264,3 +264,16 @@ def test_status_page_shows_the_gate_counts_of_each_provider_r_seg_6(live, staff_
     html = staff_client.get("/admin/pool-status/").content.decode()
     cell = re.search(r'data-provider="p-busy".*?data-field="gate">([^<]*)<', html, re.S)
     assert cell is not None and cell.group(1) == "2 / 1 / 0 / 0"
+
+
+def test_status_page_and_feed_show_ttft_p50_p95_per_provider_r_obs_3(live, staff_client) -> None:
+    """R-OBS-3: time to first token p50 / p95 per provider over the recent window."""
+    pool, _ = live
+    window = pool.runtime.meter.latency.window
+    pool.call(lambda: [window.add("p-busy", s) for s in (0.1, 0.2, 0.3, 0.4, 2.0)])
+    html = staff_client.get("/admin/pool-status/").content.decode()
+    cell = re.search(r'data-provider="p-busy".*?data-field="ttft">([^<]*)<', html, re.S)
+    assert cell is not None and cell.group(1) == "300 ms / 2.0 s"
+    feed = staff_client.get("/admin/pool-status/status.json").json()
+    ttft = {row["provider_id"]: row["ttft"] for row in feed["providers"]}
+    assert ttft["p-busy"] == "300 ms / 2.0 s" and ttft["p-idle"] == "-"
