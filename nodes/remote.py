@@ -201,7 +201,7 @@ class RunRouter:
         def grant(chars: int) -> None:
             self._spawn(self._send(owner, "runs", Credit(run_id, self.edge_id, chars)))
 
-        channel = RunChannel(run_id, node_id, window, grant)
+        channel = RunChannel(run_id, node_id, window, grant, request_id=spec.request_id)
         self._requested[run_id] = _Requested(channel, owner, time.monotonic())
         try:
             await self._send(owner, "runs", *messages, order)
@@ -232,7 +232,10 @@ class RunRouter:
         requested.taken = True  # any reply means the owner has the order
         if isinstance(message, Output):
             if not channel.feed(message.data):
-                log.warning("run %s: Edge %s overran its credit", message.run_id, requested.owner)
+                log.warning(
+                    "run %s: Edge %s overran its credit", message.run_id, requested.owner,
+                    extra=channel.log_context(),
+                )  # fmt: skip
                 self.cancel(channel)
                 channel.fail("upstream_error", "the node's Edge sent more output than allowed")
         elif isinstance(message, End):
