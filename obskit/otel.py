@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -76,9 +76,15 @@ def check_environment(environ: Mapping[str, str] = os.environ) -> None:
 class Tracing:
     """The running SDK of one process: its tracer, and a bounded shutdown."""
 
-    def __init__(self, provider: TracerProvider, tracer: Tracer) -> None:
+    def __init__(self, provider: TracerProvider, tracer: Tracer, exporter: Any = None) -> None:
         self.provider = provider
         self.tracer = tracer
+        self._exporter = exporter
+
+    @property
+    def failed_batches(self) -> int:
+        """Span batches whose export failed since start (``iop_trace_export_failures``)."""
+        return int(getattr(self._exporter, "failed_batches", 0))
 
     def shutdown(self, wait_s: float = SHUTDOWN_WAIT_S) -> None:
         """Flush what is queued, waiting at most ``wait_s`` (a hanging collector must not
@@ -111,7 +117,7 @@ def start_tracing(default_service: str, environ: Mapping[str, str] = os.environ)
     # The exporter's own per-batch error lines are replaced by QuietExporter's warning.
     logging.getLogger("opentelemetry.exporter").setLevel(logging.CRITICAL)
     trace.set_tracer_provider(provider)
-    return Tracing(provider, provider.get_tracer("iop"))
+    return Tracing(provider, provider.get_tracer("iop"), exporter)
 
 
 def _endpoint(environ: Mapping[str, str]) -> str:

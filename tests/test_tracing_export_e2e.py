@@ -66,6 +66,8 @@ def test_a_failing_collector_never_slows_or_fails_a_request_r_obs_2(
             latencies.append(chat(stack))
         latencies += [chat(stack) for _ in range(3)]
         assert max(latencies) < EXPORT_TIMEOUT_S, latencies
+        failures = [s for s in stack.metrics() if s.name == "iop_trace_export_failures_total"]
+        assert failures and failures[0].value >= 1
         stack.stop()
     assert warnings_in(tmp_path / "edge.log") == 1
     assert warnings_in(tmp_path / "node-1.log") <= 1
