@@ -24,6 +24,7 @@ from pool.http.metrics import metrics_response, scrape_allowed
 from pool.http.operations import ENDPOINTS, Endpoint, ParsedRequest, Target, parse_request
 from pool.http.plane import DataPlane
 from pool.http.relay import WRITE_FLOW, DisconnectWatch, Exchange
+from pool.http.spent import tokens_of
 from pool.http.tables import Tables
 from pool.metering import RequestRecord
 from pool.translate.plan import translated_needs
@@ -209,11 +210,31 @@ class OpenAIApp:
     def _end(self, meta: _Meta, ex: Exchange, duration_s: float) -> None:
         """The request ended however it ended: its limiter charge is settled, then metered."""
         input_tokens, output_tokens, estimated = _usage(meta, ex)
+        spent = input_tokens + output_tokens + sum(s.total for s in ex.spent)  # R-BUD-2
         if meta.ticket is not None:  # R-PRIN-2: exactly once, the estimate corrected
-            self.limiter.finish(meta.ticket, input_tokens + output_tokens)
+            self.limiter.finish(meta.ticket, spent)
         request = meta.request
         status = ex.status or 500
-        self.runtime.meter.record(
+        meter = self.runtime.meter
+        for attempt in ex.spent:  # R-BUD-2: discarded attempts, tokens only
+            meter.record(
+                RequestRecord(
+                    operation=meta.operation,
+                    model_group=meta.model_group,
+                    provider_id=attempt.provider_id,
+                    principal_ref=meta.principal_ref,
+                    token_ref=meta.token_ref,
+                    status=200,
+                    code=None,
+                    input_tokens=attempt.input_tokens,
+                    output_tokens=attempt.output_tokens,
+                    estimated=attempt.estimated,
+                    duration_s=0.0,
+                    stream=True,
+                    tokens_only=True,
+                )
+            )
+        meter.record(
             RequestRecord(
                 operation=meta.operation,
                 model_group=meta.model_group,
@@ -240,7 +261,7 @@ def _usage(meta: _Meta, ex: Exchange) -> tuple[int, int, bool]:
     reached = ex.provider_id is not None and ex.reached  # a refused connection used nothing
     if request is not None and reached and meta.operation != "count_tokens":
         # No usage from the upstream: the documented estimates, marked as such.
-        return request.input_tokens_estimate, (ex.output_bytes + 3) // 4, True
+        return request.input_tokens_estimate, tokens_of(ex.text_chars), True
     return 0, 0, False
 
 

@@ -37,6 +37,7 @@ class RequestRecord:
     estimated: bool
     duration_s: float
     stream: bool
+    tokens_only: bool = False  # an attempt discarded inside a request: tokens, no request
 
 
 class RequestLabels(NamedTuple):

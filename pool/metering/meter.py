@@ -133,9 +133,11 @@ class UsageMeter:
         lab = self._index.labels(record)
         tokens_in, tokens_out = token_count(record.input_tokens), token_count(record.output_tokens)
         estimated = bool(record.estimated)
-        requests, duration = self._request_series(lab)
-        requests.inc()
-        duration.observe(max(float(record.duration_s), 0.0))
+        counted = 0 if record.tokens_only else 1  # R-BUD-2: a discarded attempt's tokens
+        if counted:
+            requests, duration = self._request_series(lab)
+            requests.inc()
+            duration.observe(max(float(record.duration_s), 0.0))
         if tokens_in or tokens_out:
             counted_in, counted_out = self._token_series(lab, estimated)
             counted_in.inc(tokens_in)
@@ -144,7 +146,7 @@ class UsageMeter:
             hour_bucket(self._clock()), lab.principal_ref, lab.token_ref, lab.model_group,
             lab.attributed_to, lab.attribution, estimated,
         )  # fmt: skip
-        if self.pending.add(key, Counts(1, int(lab.failed), tokens_in, tokens_out)):
+        if self.pending.add(key, Counts(counted, int(lab.failed) * counted, tokens_in, tokens_out)):
             self._overflow.inc()
         self.start()
         if self.pending.full and self._wake is not None:

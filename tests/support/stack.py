@@ -10,6 +10,7 @@ import json
 import secrets
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -443,6 +444,12 @@ class Stack:
             )
 
         self.wait_until(idle, timeout, "an idle pool")
+
+    def ledger(self) -> list[dict[str, Any]]:
+        """Every row of the running Edge's usage ledger (its own SQLite file), as dicts."""
+        with contextlib.closing(sqlite3.connect(self.dir / "edge.sqlite3", timeout=10)) as db:
+            db.row_factory = sqlite3.Row
+            return [dict(row) for row in db.execute("select * from pool_usagebucket")]
 
     def logs(self) -> str:
         parts = []
