@@ -16,6 +16,7 @@ from typing import Any
 from catalog.config import EdgeSnapshot
 from pool.http.auth import Caller
 from pool.http.body import ClientGone, read_body
+from pool.http.budgets import Budgets
 from pool.http.dispatch import dispatch
 from pool.http.errors import HttpError, model_not_found
 from pool.http.limits import RateLimited, Ticket, TokenLimiter
@@ -46,6 +47,7 @@ class OpenAIApp:
         self._snapshot: EdgeSnapshot | None = None
         self._tables: Tables | None = None
         self.limiter = TokenLimiter(rate_window_s)  # R-PRIN-2: per-token counters, this Edge
+        self.budgets = Budgets(runtime.meter.budgets)  # R-BUD-1: from the meter's view
 
     def tables(self) -> Tables:
         """The lookup tables of the active snapshot, rebuilt when it is swapped."""
@@ -54,6 +56,7 @@ class OpenAIApp:
             self._tables = Tables(snapshot, self.runtime.started_at)
             self._snapshot = snapshot
             self.limiter.retain(t.token_ref for t in snapshot.principal_tokens)
+            self.runtime.meter.configure_budgets(self.budgets.limits_of(snapshot))
         return self._tables
 
     def target(self, model: str, provider_id: str) -> Target | None:
@@ -119,6 +122,9 @@ class OpenAIApp:
             raise HttpError("method_not_allowed", f"{scope['path']} accepts POST only")
         if self.runtime.draining:  # stopping: the running requests finish, no new one starts
             raise HttpError("no_available_provider", "the Edge is shutting down")
+        budget = self.budgets.admit(caller.principal_ref)  # R-BUD-1: before the body is read
+        if budget is not None:
+            ex.extra_headers = budget
         forward = tables.provider_auth.forward_headers(headers)
         body = await read_body(receive, headers.get(b"content-length"), tables.max_request_bytes)
         request = parse_request(endpoint, body)
@@ -137,7 +143,7 @@ class OpenAIApp:
             except RateLimited as exc:
                 raise HttpError("rate_limited", str(exc), headers=exc.headers()) from None
             if meta.ticket.quota is not None:
-                ex.extra_headers = meta.ticket.quota.headers()
+                ex.extra_headers = ex.extra_headers + meta.ticket.quota.headers()
         long = request.input_tokens_estimate >= tables.long_threshold  # R-POOL-7
         tables.check_fits(request.model, request.input_tokens_estimate, long)  # R-IN-4
         credentials = None

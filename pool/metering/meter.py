@@ -19,6 +19,7 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from pool.metering.budget_view import BudgetView, Reader, read_in_worker
 from pool.metering.labels import (
     LabelIndex,
     RequestLabels,
@@ -76,6 +77,7 @@ class UsageMeter:
         max_pending_keys: int = 10_000,
         retention_days: int | None = None,
         writer: Writer | None = None,
+        budget_reader: Reader | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._snapshot = snapshot
@@ -84,6 +86,8 @@ class UsageMeter:
         self._writer: Writer = writer or write_in_worker
         self._retention_days = usage_retention_days() if retention_days is None else retention_days
         self.pending = PendingUsage(max_pending_keys)
+        self.budgets = BudgetView()  # R-BUD-1: read after each flush, under the same lock
+        self._budget_reader: Reader = budget_reader or read_in_worker
         self._operations, self._codes = Vocabulary(MAX_OPERATIONS), Vocabulary(MAX_CODES)
         self._request_cache: dict[RequestLabels, tuple[Any, Any]] = {}
         self._token_cache: dict[tuple[RequestLabels, bool], tuple[Any, Any]] = {}
@@ -121,6 +125,10 @@ class UsageMeter:
             "iop_usage_flush_failures", "Ledger writes that failed and were kept for retry.",
             registry=reg,
         )  # fmt: skip
+        self._budget_read_failures = Counter(
+            "iop_budget_read_failures", "Ledger reads for budgets that failed (R-BUD-1).",
+            registry=reg,
+        )  # fmt: skip
         pending = Gauge("iop_usage_pending_keys", "Ledger keys not yet written.", registry=reg)
         pending.set_function(lambda: len(self.pending))
 
@@ -148,6 +156,7 @@ class UsageMeter:
         )  # fmt: skip
         if self.pending.add(key, Counts(counted, int(lab.failed) * counted, tokens_in, tokens_out)):
             self._overflow.inc()
+        self.budgets.add(lab.principal_ref, key.bucket, tokens_in + tokens_out)
         self.start()
         if self.pending.full and self._wake is not None:
             self._wake.set()  # a full map asks for an early flush
@@ -205,6 +214,32 @@ class UsageMeter:
             # Shielded: cancelling the loop task never abandons a batch half-way; aclose()
             # waits for it through the lock before its final flush.
             await asyncio.shield(self.flush())
+            await asyncio.shield(self.refresh_budgets())
+
+    def configure_budgets(self, periods: dict[str, str]) -> None:
+        """The budgeted principals of a new snapshot; a new one is read from the ledger soon."""
+        if self.budgets.configure(periods):
+            self.start()
+            if self._wake is not None:
+                self._wake.set()
+
+    async def refresh_budgets(self) -> None:
+        """Read the budgeted principals' figures from the ledger (R-BUD-1). Under the flush
+        lock, so every token is either in the ledger or still pending, never both."""
+        if self.budgets.empty:
+            return
+        self._bind(asyncio.get_running_loop())
+        assert self._lock is not None
+        async with self._lock:
+            wanted = self.budgets.wanted(self._clock())
+            read = sync_to_async(self._budget_reader, thread_sensitive=False)
+            try:
+                figures = await read(wanted)
+            except Exception as exc:  # the last figures stay, this Edge's usage keeps adding
+                self._budget_read_failures.inc()
+                logger.warning("usage ledger read for budgets failed (%s)", type(exc).__name__)
+                return
+            self.budgets.refreshed(wanted, figures, self.pending.items())
 
     async def flush(self) -> int:
         """Write the pending aggregates in one batch; return the number of rows upserted."""

@@ -93,6 +93,10 @@ class PendingUsage:
         entry.add(counts)
         return folded
 
+    def items(self) -> list[tuple[UsageKey, Counts]]:
+        """A copy of what is pending (the budget view recounts it, R-BUD-1)."""
+        return list(self._items.items())
+
     def take(self) -> dict[UsageKey, Counts]:
         """Hand over everything pending and start empty."""
         items, self._items = self._items, {}

@@ -18,6 +18,8 @@ from nodes import wire
 from nodes.hub import NodeHub
 from pool.engine import ProviderPool
 from pool.gate.counters import GateCounts
+from pool.metering.budget_view import BudgetView
+from pool.metering.pending import hour_bucket
 from pool.policy import policy_from_snapshot
 from tests.support.payloads import chat_body
 from tests.support.processes import sha256_hex
@@ -32,9 +34,15 @@ TOKEN = "tok-test-caller-7f3a"  # the caller of ``document()``
 class RecordingMeter:
     def __init__(self) -> None:
         self.records: list[Any] = []
+        self.budgets = BudgetView()
+
+    def configure_budgets(self, periods: dict[str, str]) -> None:
+        self.budgets.configure(periods)
 
     def record(self, record: Any) -> None:
         self.records.append(record)
+        tokens = record.input_tokens + record.output_tokens
+        self.budgets.add(record.principal_ref or "-", hour_bucket(time.time()), tokens)
 
 
 class Runtime:
