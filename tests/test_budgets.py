@@ -132,7 +132,7 @@ async def test_a_refresh_counts_flushed_usage_once_r_bud_1() -> None:
     """R-BUD-1: after a flush the ledger holds what was pending; the next read replaces the
     figure and the pending map is recounted, so nothing is counted twice or lost."""
     reader = Reader({"team-research": 0})
-    budgets, meter = budgets_with(10_000, reader)
+    _, meter = budgets_with(10_000, reader)
     meter.record(record())
     await meter.flush()  # the batch is in the ledger now; the reader says so:
     reader.figures = {"team-research": 100}
