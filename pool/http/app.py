@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 from catalog.config import EdgeSnapshot
@@ -19,6 +20,7 @@ from pool.http.body import ClientGone, read_body
 from pool.http.budgets import Budgets
 from pool.http.dispatch import dispatch
 from pool.http.errors import HttpError, model_not_found
+from pool.http.fallback import Served, chain_of, serve
 from pool.http.limits import RateLimited, Ticket, TokenLimiter
 from pool.http.managed import Grant, RouteCredentials
 from pool.http.metrics import metrics_response, scrape_allowed
@@ -28,7 +30,6 @@ from pool.http.relay import WRITE_FLOW, DisconnectWatch, Exchange
 from pool.http.spent import tokens_of
 from pool.http.tables import Tables
 from pool.metering import RequestRecord
-from pool.translate.plan import translated_needs
 
 log = logging.getLogger("iop.http")
 
@@ -133,8 +134,6 @@ class OpenAIApp:
             raise model_not_found(request.model)
         if request.model in tables.snapshot.models:
             meta.model_group = request.model
-        if request.model in tables.translating:  # R-XLATE-1: admission counts translations
-            request.needs = translated_needs(request.needs, endpoint.capability)
         if caller.limits is not None and caller.token_ref is not None:
             try:  # R-PRIN-2: before admission, from this Edge's counters
                 meta.ticket = self.limiter.admit(
@@ -144,16 +143,16 @@ class OpenAIApp:
                 raise HttpError("rate_limited", str(exc), headers=exc.headers()) from None
             if meta.ticket.quota is not None:
                 ex.extra_headers = ex.extra_headers + meta.ticket.quota.headers()
-        long = request.input_tokens_estimate >= tables.long_threshold  # R-POOL-7
-        tables.check_fits(request.model, request.input_tokens_estimate, long)  # R-IN-4
         credentials = None
         if tables.managed is not None and meta.grant is not None:
             credentials = RouteCredentials(tables.managed, meta.grant, request.model)
-        watch = DisconnectWatch(receive, ex)
-        try:
-            await dispatch(
+        groups = chain_of(tables, request, caller, credentials is not None)  # R-FALL-1
+        meta.served = Served(request.model)
+
+        def run(attempt: ParsedRequest, long: bool) -> Awaitable[None]:
+            return dispatch(
                 self.runtime,
-                request,
+                attempt,
                 long=long,
                 window=tables.stream_buffer_bytes,
                 forward_headers=forward,
@@ -163,6 +162,10 @@ class OpenAIApp:
                 max_queued=caller.max_queued,
                 credentials=credentials,
             )
+
+        watch = DisconnectWatch(receive, ex)
+        try:
+            await serve(tables, request, groups, ex, meta.served, run)
         except asyncio.CancelledError:
             if not watch.absorb():
                 raise
@@ -222,11 +225,16 @@ class OpenAIApp:
         request = meta.request
         status = ex.status or 500
         meter = self.runtime.meter
+        group, asked = meta.model_group, ""
+        served = meta.served
+        if group and served is not None and served.group != served.asked:  # R-FALL-1
+            group, asked = served.group, served.asked
         for attempt in ex.spent:  # R-BUD-2: discarded attempts, tokens only
             meter.record(
                 RequestRecord(
                     operation=meta.operation,
-                    model_group=meta.model_group,
+                    model_group=group,
+                    requested_group=asked,
                     provider_id=attempt.provider_id,
                     principal_ref=meta.principal_ref,
                     token_ref=meta.token_ref,
@@ -243,7 +251,8 @@ class OpenAIApp:
         meter.record(
             RequestRecord(
                 operation=meta.operation,
-                model_group=meta.model_group,
+                model_group=group,
+                requested_group=asked,
                 provider_id=ex.provider_id,
                 principal_ref=meta.principal_ref,
                 token_ref=meta.token_ref,
@@ -280,6 +289,7 @@ class _Meta:
         "operation",
         "principal_ref",
         "request",
+        "served",
         "ticket",
         "token_ref",
     )
@@ -292,3 +302,4 @@ class _Meta:
         self.request: ParsedRequest | None = None
         self.ticket: Ticket | None = None  # the limiter's charge, settled once at the end
         self.grant: Grant | None = None
+        self.served: Served | None = None  # R-FALL-1: the group asked of, the one serving

@@ -158,7 +158,7 @@ class GatedSource(FilteredRun):
     def __init__(self, source: RunSource, recovery: Recovery) -> None:
         super().__init__(source)
         self._recovery = recovery
-        self._chat = GatedChat(recovery.pipeline(), recovery.request.model)
+        self._chat = GatedChat(recovery.pipeline(), recovery.request.name)
         lease = recovery.attempt.lease
         self._provider = lease.provider_id if lease is not None else ""
         self._recovered = False  # a recovery happened: count it when the stream is complete

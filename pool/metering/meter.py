@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from pool.metering.budget_view import BudgetView, Reader, read_in_worker
 from pool.metering.labels import (
+    NO_LABEL,
     LabelIndex,
     RequestLabels,
     RequestRecord,
@@ -125,6 +126,10 @@ class UsageMeter:
             "iop_usage_flush_failures", "Ledger writes that failed and were kept for retry.",
             registry=reg,
         )  # fmt: skip
+        self._fallbacks = Counter(
+            "iop_fallbacks", "Requests a fallback group served, by the group asked of (R-FALL-1).",
+            ["model_group", "served_by"], registry=reg,
+        )  # fmt: skip
         self._budget_read_failures = Counter(
             "iop_budget_read_failures", "Ledger reads for budgets that failed (R-BUD-1).",
             registry=reg,
@@ -150,9 +155,13 @@ class UsageMeter:
             counted_in, counted_out = self._token_series(lab, estimated)
             counted_in.inc(tokens_in)
             counted_out.inc(tokens_out)
+        asked = record.requested_group
+        if asked:  # R-FALL-1: a configured id only, like every label
+            asked = asked if self._index.known_group(asked) else NO_LABEL
+            self._fallbacks.labels(asked, lab.model_group).inc(counted)
         key = UsageKey(
             hour_bucket(self._clock()), lab.principal_ref, lab.token_ref, lab.model_group,
-            lab.attributed_to, lab.attribution, estimated,
+            lab.attributed_to, lab.attribution, estimated, asked or NO_LABEL,
         )  # fmt: skip
         if self.pending.add(key, Counts(counted, int(lab.failed) * counted, tokens_in, tokens_out)):
             self._overflow.inc()

@@ -19,11 +19,12 @@ class UsageKey(NamedTuple):
     attributed_to: str
     attribution: str
     estimated: bool
+    requested_group: str = NO_LABEL  # R-FALL-1: the group asked of, when a fallback served
 
     def collapsed(self) -> UsageKey:
         """The overflow key of this hour: every label but ``estimated`` set to ``-``."""
         dash = NO_LABEL
-        return UsageKey(self.bucket, dash, dash, dash, dash, dash, self.estimated)
+        return UsageKey(self.bucket, dash, dash, dash, dash, dash, self.estimated, dash)
 
 
 class Counts:
