@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 from catalog.config import load_snapshot
+from catalog.config.periods import period_bounds
 from pool.http.budgets import Budgets
 from pool.http.errors import HttpError
 from pool.metering import UsageMeter
-from pool.metering.budget_view import BudgetView, period_bounds
+from pool.metering.budget_view import BudgetView
 from pool.metering.pending import Counts, UsageKey
 from tests.support.metering import record_factory
 from tests.test_metering_meter import CONFIG, Writes

@@ -13,33 +13,13 @@ goes on adding this Edge's own usage: budgets keep being enforced on what is kno
 
 from __future__ import annotations
 
-import calendar
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime, timedelta
 
+from catalog.config.periods import PERIODS, period_bounds
 from pool.metering.pending import Counts, UsageKey
 
-PERIODS = ("day", "week", "month")
 # period -> (principals, period start in epoch seconds) -> {principal: tokens}
 Reader = Callable[[dict[str, tuple[frozenset[str], int]]], dict[str, int]]
-
-
-def period_bounds(period: str, now_s: float) -> tuple[int, int]:
-    """The UTC calendar period holding ``now_s``: (start, end) in epoch seconds. Weeks start
-    on Monday (ISO 8601)."""
-    now = datetime.fromtimestamp(now_s, tz=UTC)
-    day = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    if period == "day":
-        start, end = day, day + timedelta(days=1)
-    elif period == "week":
-        start = day - timedelta(days=day.weekday())
-        end = start + timedelta(days=7)
-    elif period == "month":
-        start = day.replace(day=1)
-        end = start + timedelta(days=calendar.monthrange(start.year, start.month)[1])
-    else:
-        raise ValueError(f"unknown budget period {period!r}")
-    return int(start.timestamp()), int(end.timestamp())
 
 
 class BudgetView:
