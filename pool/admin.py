@@ -20,6 +20,7 @@ class UsageBucketAdmin(admin.ModelAdmin):
         "principal_ref",
         "token_ref",
         "estimated",
+        "requested_group",
         "requests",
         "errors",
         "input_tokens",
@@ -32,6 +33,7 @@ class UsageBucketAdmin(admin.ModelAdmin):
         "principal_ref",
         "token_ref",
         "estimated",
+        "requested_group",
         "bucket_start",
     )
     search_fields = ("model_group", "attributed_to", "principal_ref", "token_ref")

@@ -135,6 +135,7 @@ def measure(upstream_port: int, seconds: float, rounds: int) -> dict[str, Any]:
         "budget_cost_pct": round(100 * (1 - medians["budgeted"] / medians["plain"]), 2),
         "noise_pct": round(100 * (1 - medians["control"] / medians["plain"]), 2),
         "check_us": round(check_cost_us(), 3),
+        "budget_us": round(budget_cost_us(), 3),
         "load_before": [round(v, 2) for v in load_before],
         "load_after": [round(v, 2) for v in os.getloadavg()],
     }
@@ -153,6 +154,26 @@ def check_cost_us(iterations: int = 200_000) -> float:
             ticket.quota.headers()
         limiter.finish(ticket, 30)
     return (time.perf_counter() - started) * 1e6 / iterations
+
+
+def budget_cost_us(iterations: int = 200_000) -> float:
+    """In-process cost of one budgeted request's own work: the admission check with its
+    headers and the meter's add (microseconds); against the same loop with no budget."""
+    from pool.http.budgets import Budgets
+    from pool.metering.budget_view import BudgetView
+
+    def loop(periods: dict[str, str], limits: dict[str, int]) -> float:
+        view = BudgetView()
+        view.configure(periods)
+        budgets = Budgets(view)
+        budgets._limits = limits  # the snapshot's, without building one
+        started = time.perf_counter()
+        for _ in range(iterations):
+            budgets.admit("bench-budgeted")
+            view.add("bench-budgeted", 0, 30)
+        return (time.perf_counter() - started) * 1e6 / iterations
+
+    return loop({"bench-budgeted": "month"}, {"bench-budgeted": 10**15}) - loop({}, {})
 
 
 def render(result: dict[str, Any]) -> str:
@@ -174,7 +195,8 @@ def render(result: dict[str, Any]) -> str:
             f"(A/A) {result['noise_pct']:+.2f}%; errors "
             f"{result['errors']}; load average {result['load_before']} -> "
             f"{result['load_after']}",
-            f"  in process: {result['check_us']:.2f} us per request for admit + headers + finish",
+            f"  in process: {result['check_us']:.2f} us per request for admit + headers + finish; "
+            f"a budget adds {result['budget_us']:.2f} us (check, headers, count)",
         ]
     )
 

@@ -229,42 +229,24 @@ class OpenAIApp:
         served = meta.served
         if group and served is not None and served.group != served.asked:  # R-FALL-1
             group, asked = served.group, served.asked
-        for attempt in ex.spent:  # R-BUD-2: discarded attempts, tokens only
-            meter.record(
-                RequestRecord(
-                    operation=meta.operation,
-                    model_group=group,
-                    requested_group=asked,
-                    provider_id=attempt.provider_id,
-                    principal_ref=meta.principal_ref,
-                    token_ref=meta.token_ref,
-                    status=200,
-                    code=None,
-                    input_tokens=attempt.input_tokens,
-                    output_tokens=attempt.output_tokens,
-                    estimated=attempt.estimated,
-                    duration_s=0.0,
-                    stream=True,
-                    tokens_only=True,
-                )
-            )
-        meter.record(
-            RequestRecord(
-                operation=meta.operation,
-                model_group=group,
-                requested_group=asked,
-                provider_id=ex.provider_id,
-                principal_ref=meta.principal_ref,
-                token_ref=meta.token_ref,
-                status=status,
-                code=ex.code,
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-                estimated=estimated,
-                duration_s=duration_s,
-                stream=ex.stream or (request is not None and request.stream),
-            )
+        record = RequestRecord(
+            operation=meta.operation,
+            model_group=group,
+            requested_group=asked,
+            provider_id=ex.provider_id,
+            principal_ref=meta.principal_ref,
+            token_ref=meta.token_ref,
+            status=status,
+            code=ex.code,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            estimated=estimated,
+            duration_s=duration_s,
+            stream=ex.stream or (request is not None and request.stream),
         )
+        for attempt in ex.spent:  # R-BUD-2: discarded attempts, tokens only
+            meter.record(attempt.record_of(record))
+        meter.record(record)
 
 
 def _usage(meta: _Meta, ex: Exchange) -> tuple[int, int, bool]:

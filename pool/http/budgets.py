@@ -29,12 +29,13 @@ Headers = list[tuple[bytes, bytes]]
 class Budgets:
     """The budgets of the active snapshot, checked against the meter's view."""
 
-    __slots__ = ("_clock", "_limits", "_view")
+    __slots__ = ("_clock", "_limits", "_resets", "_view")
 
     def __init__(self, view: BudgetView, clock: Callable[[], float] = time.time) -> None:
         self._view = view
         self._clock = clock
         self._limits: dict[str, int] = {}  # principal_ref -> tokens per period
+        self._resets: dict[int, bytes] = {}  # a period's end -> its x-budget-reset value
 
     def limits_of(self, snapshot: EdgeSnapshot) -> dict[str, str]:
         """Take the snapshot's budgets (live); the principals' periods, for the meter's view."""
@@ -56,9 +57,14 @@ class Budgets:
         now = self._clock()
         used, _, end = self._view.used(principal_ref, now)
         remaining = max(0, limit - used)
-        reset = datetime.fromtimestamp(end, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ").encode()
+        reset = self._resets.get(end)
+        if reset is None:
+            if len(self._resets) > 8:  # a handful of period ends are current at any time
+                self._resets.clear()
+            stamp = datetime.fromtimestamp(end, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            reset = self._resets[end] = stamp.encode()
         headers = [
-            (b"x-budget-limit-tokens", b"%d" % limit),
+            (b"x-budget-limit-tokens", str(limit).encode()),
             (b"x-budget-remaining-tokens", b"%d" % remaining),
             (b"x-budget-reset", reset),
         ]

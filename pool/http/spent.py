@@ -13,8 +13,11 @@ Two facts the relay cannot learn from the transport alone:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
+
+from pool.metering import RequestRecord
 
 # Terminal events, matched at the start of an SSE line: a JSON string cannot hold a raw
 # newline, so model text that quotes one of them never matches.
@@ -68,3 +71,17 @@ class Spent:
     @property
     def total(self) -> int:
         return self.input_tokens + self.output_tokens
+
+    def record_of(self, request: RequestRecord) -> RequestRecord:
+        """The tokens-only record of this attempt, beside the request's own ``request``."""
+        return dataclasses.replace(
+            request,
+            provider_id=self.provider_id,
+            status=200,
+            code=None,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            estimated=self.estimated,
+            duration_s=0.0,
+            tokens_only=True,
+        )

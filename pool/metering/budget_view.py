@@ -25,9 +25,10 @@ Reader = Callable[[dict[str, tuple[frozenset[str], int]]], dict[str, int]]
 class BudgetView:
     """Per budgeted principal: the ledger figure of its period and this Edge's unflushed usage."""
 
-    __slots__ = ("_ledger", "_periods", "_unflushed")
+    __slots__ = ("_bounds", "_ledger", "_periods", "_unflushed")
 
     def __init__(self) -> None:
+        self._bounds: dict[str, tuple[int, int]] = {}  # period -> the current (start, end)
         self._periods: dict[str, str] = {}  # principal_ref -> its budget's period
         self._ledger: dict[str, tuple[int, int]] = {}  # principal -> (period start, tokens)
         self._unflushed: dict[str, dict[int, int]] = {}  # principal -> hour bucket -> tokens
@@ -55,13 +56,22 @@ class BudgetView:
 
     def used(self, principal_ref: str, now_s: float) -> tuple[int, int, int]:
         """(tokens used in the current period, period start, period end)."""
-        start, end = period_bounds(self._periods.get(principal_ref, "month"), now_s)
+        start, end = self.bounds(self._periods.get(principal_ref, "month"), now_s)
         read = self._ledger.get(principal_ref)
         total = read[1] if read is not None and read[0] == start else 0
         hours = self._unflushed.get(principal_ref)
         if hours:
-            total += sum(tokens for bucket, tokens in hours.items() if bucket >= start)
+            for bucket, tokens in hours.items():  # one or two hours: no generator
+                if bucket >= start:
+                    total += tokens
         return total, start, end
+
+    def bounds(self, period: str, now_s: float) -> tuple[int, int]:
+        """``period_bounds``, computed once per period (admissions read it every time)."""
+        found = self._bounds.get(period)
+        if found is None or not found[0] <= now_s < found[1]:
+            found = self._bounds[period] = period_bounds(period, now_s)
+        return found
 
     def wanted(self, now_s: float) -> dict[str, tuple[frozenset[str], int]]:
         """What to read from the ledger: per period, its principals and the period start."""
