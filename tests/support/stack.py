@@ -89,6 +89,7 @@ class Stack:
         env: dict[str, str] | None = None,
         log_level: str = "INFO",
         admin_token: str | None = None,
+        token_policy: dict[str, Any] | None = None,
     ) -> None:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -101,6 +102,7 @@ class Stack:
         self._profiles = profiles or {}
         self._credential_plane = credential_plane  # managed mode (docs/credentials.md)
         self._env = env or {}
+        self._token_policy = token_policy or {}  # more keys of the stack's own token (budget)
         # admin.token (docs/configuration.md): the control helpers below then present it.
         self.admin_token = admin_token
         if admin_token is not None:
@@ -182,6 +184,7 @@ class Stack:
                     "token_ref": TOKEN_REF,
                     "principal_ref": PRINCIPAL_REF,
                     "token_hash_sha256": sha256_hex(self.token),
+                    **self._token_policy,
                 }
             ],
             **self._openai,
