@@ -104,3 +104,11 @@ async def test_when_no_group_can_serve_the_asked_groups_refusal_stands_r_fall_1(
     assert call.status == 503 and call.json()["error"]["code"] == "no_available_provider"
     assert b"x-iop-model-group" not in call.headers and not node.runs
     await stop(runtime)
+
+
+async def test_an_unknown_model_is_never_echoed_in_the_group_header() -> None:
+    """The header names configured groups only; a caller's unknown model is 404 without it."""
+    app, runtime, _ = await started(chain_document())
+    call = await api(app, "POST", "/v1/chat/completions", chat(model="nope\r\nx-evil: 1")).done()
+    assert call.status == 404 and b"x-iop-model-group" not in call.headers
+    await stop(runtime)

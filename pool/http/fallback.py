@@ -72,7 +72,8 @@ async def serve(
             translated_needs(needs, request.endpoint.capability) if translating else needs
         )
         served.group = group
-        ex.extra_headers = [*base_headers, (GROUP_HEADER, group.encode())]
+        if group in tables.snapshot.models:  # a configured id only: caller text is never echoed
+            ex.extra_headers = [*base_headers, (GROUP_HEADER, group.encode())]
         long = request.input_tokens_estimate >= tables.long_threshold  # R-POOL-7
         try:
             tables.check_fits(group, request.input_tokens_estimate, long)  # R-IN-4
