@@ -127,6 +127,22 @@ def test_model_group_inline_mapping_edit_is_saved_in_document_order(staff, catal
     assert list(providers) == ["vllm-local", "ollama-local"]
 
 
+def test_fallbacks_are_edited_on_the_group_and_a_loop_is_refused(staff, catalog):
+    """R-FALL-1, R-FALL-2: the column holds the list; a chain back to the group is refused
+    whole, naming the path."""
+    group = ModelGroup.objects.get(key="qwen-local")
+    data = page_data(staff.get(change_url(group)))
+    data["fallbacks"] = '["echo"]'
+    assert staff.post(change_url(group), data).status_code == 302
+    assert catalog_to_document()["models"][0]["fallbacks"] == ["echo"]
+    echo = ModelGroup.objects.get(key="echo")
+    back = page_data(staff.get(change_url(echo)))
+    back["fallbacks"] = '["qwen-local"]'
+    response = staff.post(change_url(echo), back)
+    assert response.status_code == 200
+    assert b"the fallback chain loops" in response.content
+
+
 def test_inline_mapping_against_the_profile_model_mapping_is_refused(staff, catalog):
     """R-PROF-5: a served model must agree with the profile's model_mapping."""
     group = ModelGroup.objects.get(key="qwen-local")
