@@ -5,6 +5,7 @@ fake Node on the hub."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -112,3 +113,23 @@ async def test_an_unknown_model_is_never_echoed_in_the_group_header() -> None:
     call = await api(app, "POST", "/v1/chat/completions", chat(model="nope\r\nx-evil: 1")).done()
     assert call.status == 404 and b"x-iop-model-group" not in call.headers
     await stop(runtime)
+
+
+def test_route_keys_in_managed_mode_never_fall_back_r_fall_1() -> None:
+    """R-FALL-1: a route is bound to one group and holds slots for its providers only; the
+    scope of a principal token skips the groups it cannot see."""
+    from catalog.config import load_snapshot
+    from pool.http.auth import Caller
+    from pool.http.fallback import chain_of
+    from pool.http.operations import ENDPOINTS, parse_request
+    from pool.http.tables import Tables
+
+    tables = Tables(load_snapshot(chain_document(4)), 0.0)
+    request = parse_request(
+        ENDPOINTS["/v1/chat/completions"], json.dumps(chat(model="g0")).encode()
+    )
+    everyone = Caller("team-a", "app-a")
+    assert chain_of(tables, request, everyone, managed=False) == ["g0", "g1", "g2", "g3"]
+    assert chain_of(tables, request, everyone, managed=True) == ["g0"]
+    scoped = Caller("team-a", "app-a", models=frozenset({"g0", "g2"}))
+    assert chain_of(tables, request, scoped, managed=False) == ["g0", "g2"]
