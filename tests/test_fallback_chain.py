@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from nodes import wire
-from pool.http.app import OpenAIApp
-from tests.support.inprocess import FakeNode, Runtime, api, chat, document
+from tests.support.inprocess import FakeNode, api, chat, document, started, stop
 from tests.support.processes import sha256_hex
 
 
@@ -32,18 +31,6 @@ def chain_document(length: int = 10) -> dict[str, Any]:
     ]
     doc["models"].append({"id": f"g{length - 1}", "providers": {"p-open": "served-last"}})
     return doc
-
-
-async def started(doc: dict[str, Any]) -> tuple[OpenAIApp, Runtime, FakeNode]:
-    runtime = Runtime(doc)
-    node = await FakeNode(runtime.hub).start()
-    return OpenAIApp(runtime), runtime, node
-
-
-async def stop(runtime: Runtime) -> None:
-    await runtime.hub.aclose()
-    runtime.health.close()
-    assert runtime.pool.idle(), "every lease released and no waiter left (R-POOL-9)"
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 
 from nodes import wire
-from pool.http.app import OpenAIApp
 from pool.http.spent import ends_stream, text_chars, tokens_of
-from tests.support.inprocess import WAIT, FakeNode, Runtime, api, chat, document, until
+from tests.support.inprocess import WAIT, FakeNode, api, chat, document, started, stop, until
 
 
 @pytest.mark.parametrize(
@@ -54,16 +53,10 @@ def sse(content: str) -> str:
     return f"data: {json.dumps(chunk)}\n\n"
 
 
-async def started() -> tuple[OpenAIApp, Runtime, FakeNode]:
-    runtime = Runtime(document())
-    node = await FakeNode(runtime.hub).start()
-    return OpenAIApp(runtime), runtime, node
-
-
 async def test_a_client_leaving_after_done_waits_for_the_usage_r_bud_2() -> None:
     """R-BUD-2: [DONE] went out, the client left, the run's end came later with the
     upstream's usage: the request is ok, metered with that usage, not estimated."""
-    app, runtime, node = await started()
+    app, runtime, node = await started(document())
 
     async def done_then_usage(node: FakeNode, run: Any) -> None:
         await node.emit(run.run_id, sse("hi") + "data: [DONE]\n\n")
@@ -81,13 +74,13 @@ async def test_a_client_leaving_after_done_waits_for_the_usage_r_bud_2() -> None
     (record,) = runtime.meter.records
     assert (record.status, record.code, record.estimated) == (200, None, False)
     assert (record.input_tokens, record.output_tokens) == (12, 20)
-    assert runtime.pool.idle()
+    await stop(runtime)
 
 
 async def test_a_stream_cut_after_its_first_byte_is_estimated_from_its_text_r_bud_2() -> None:
     """R-BUD-2: the client left mid-stream: output estimated from the model text relayed
     (40 characters -> 10 tokens), not from the SSE bytes (several times more)."""
-    app, runtime, node = await started()
+    app, runtime, node = await started(document())
 
     async def endless(node: FakeNode, run: Any) -> None:
         await node.emit(run.run_id, sse("a" * 20) + sse("b" * 20))
@@ -104,5 +97,4 @@ async def test_a_stream_cut_after_its_first_byte_is_estimated_from_its_text_r_bu
     assert (record.status, record.code, record.estimated) == (499, "client_closed", True)
     assert record.output_tokens == 10 and len(call.body) > 4 * 10 * 2
     node.release.set()
-    await runtime.hub.aclose()
-    runtime.health.close()
+    await stop(runtime)

@@ -219,6 +219,22 @@ class Call:
         return json.loads(self.body)
 
 
+async def started(doc: dict[str, Any]) -> tuple[OpenAIApp, Runtime, FakeNode]:
+    """The app on ``doc`` with one fake Node (``n1``) connected and ready."""
+    from pool.http.app import OpenAIApp
+
+    runtime = Runtime(doc)
+    node = await FakeNode(runtime.hub).start()
+    return OpenAIApp(runtime), runtime, node
+
+
+async def stop(runtime: Runtime) -> None:
+    """Close the hub and the health timer; every lease must be back (R-POOL-9)."""
+    await runtime.hub.aclose()
+    runtime.health.close()
+    assert runtime.pool.idle(), "every lease released and no waiter left (R-POOL-9)"
+
+
 async def until(predicate: Callable[[], bool]) -> None:
     """Let the loop run until ``predicate`` holds (a state with no event of its own); bounded."""
     async with asyncio.timeout(WAIT):
