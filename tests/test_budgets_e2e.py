@@ -5,7 +5,9 @@ live raise by ``POST /refresh``."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import sqlite3
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -152,3 +154,33 @@ def test_a_raised_budget_is_live_r_bud_1(stack: Stack) -> None:
         assert answer.headers["x-budget-remaining-tokens"] == str(1000 - 2 * USED)
     finally:
         stack.refresh("apply", original)
+
+
+def test_a_ledger_that_cannot_be_written_keeps_the_budget_enforced_r_bud_1(tmp_path) -> None:
+    """R-BUD-1 fail direction: with the ledger table gone every flush and every budget read
+    fails (iop_usage_flush_failures_total, iop_budget_read_failures_total) and budgets go on
+    being enforced on this Edge's own usage: the principal is refused at its budget."""
+    with Stack(tmp_path, token_policy={"budget": {"tokens": 2 * USED, "period": "day"}}) as stack:
+        with contextlib.closing(sqlite3.connect(stack.dir / "edge.sqlite3")) as db:
+            db.execute("ALTER TABLE pool_usagebucket RENAME TO pool_usagebucket_away")
+            db.commit()
+
+        def ask() -> Any:
+            with openai.OpenAI(base_url=stack.v1_url, api_key=stack.token, max_retries=0) as oai:
+                return oai.chat.completions.create(
+                    model="gpt-test", messages=[{"role": "user", "content": "hi"}]
+                )
+
+        ask()
+        deadline = time.monotonic() + 15
+        while not any(  # a flush tried and failed: the ledger is not written
+            s.name == "iop_usage_flush_failures_total" and s.value > 0 for s in stack.metrics()
+        ):
+            assert time.monotonic() < deadline, stack.logs()[-3000:]
+            time.sleep(0.1)
+        ask()
+        with pytest.raises(openai.RateLimitError) as refused:
+            ask()
+        assert refused.value.code == "budget_exceeded"
+        failed = {s.name: s.value for s in stack.metrics() if s.name.endswith("failures_total")}
+        assert failed["iop_budget_read_failures_total"] > 0
