@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from nodes import wire
-from pool.http.spent import ends_stream, text_chars, tokens_of
+from pool.http.spent import SAMPLE_PIECES, TextTally, ends_stream, text_chars, tokens_of
 from tests.support.inprocess import WAIT, FakeNode, api, chat, document, started, stop, until
 
 
@@ -98,3 +98,13 @@ async def test_a_stream_cut_after_its_first_byte_is_estimated_from_its_text_r_bu
     assert record.output_tokens == 10 and len(call.body) > 4 * 10 * 2
     node.release.set()
     await stop(runtime)
+
+
+def test_a_long_stream_is_tallied_by_its_sample_ratio_r_bud_2():
+    """R-BUD-2: after the sampled pieces, pieces count by bytes at the sample's text ratio."""
+    tally = TextTally()
+    piece = sse("abcd")  # 4 characters of text in a few dozen bytes of framing
+    for _ in range(SAMPLE_PIECES + 84):
+        tally.add(piece)
+    assert tally.chars == 4 * (SAMPLE_PIECES + 84)
+    assert TextTally().chars == 0

@@ -258,7 +258,7 @@ def _usage(meta: _Meta, ex: Exchange) -> tuple[int, int, bool]:
     reached = ex.provider_id is not None and ex.reached  # a refused connection used nothing
     if request is not None and reached and meta.operation != "count_tokens":
         # No usage from the upstream: the documented estimates, marked as such.
-        return request.input_tokens_estimate, tokens_of(ex.text_chars), True
+        return request.input_tokens_estimate, tokens_of(ex.relayed_chars), True
     return 0, 0, False
 
 

@@ -16,7 +16,7 @@ from nodes.runs import RunOutput
 from pool.http.body import ClientGone
 from pool.http.errors import HttpError, error_json, from_run_error, stream_error_event
 from pool.http.naming import ModelNames
-from pool.http.spent import TERMINAL_GRACE_S, Spent, ends_stream, text_chars
+from pool.http.spent import TERMINAL_GRACE_S, Spent, TextTally, ends_stream, text_chars
 
 # What the relay reads a run's output from: the Node's ``RunChannel`` or a filter over it
 # (``pool.translate.channel``, ``pool.http.gated``).
@@ -56,6 +56,7 @@ class Exchange:
         "started",
         "status",
         "stream",
+        "tally",
         "terminal",
         "text_chars",
         "usage",
@@ -76,9 +77,11 @@ class Exchange:
         self.output_bytes = 0
         self.extra_headers: list[tuple[bytes, bytes]] = []  # x-ratelimit-* (R-PRIN-2)
         # R-BUD-2 (pool/http/spent.py): the stream's terminal event went out; model text
-        # relayed (for an estimate); attempts discarded on the way, metered on their own.
+        # relayed (a whole body's, or a stream's tally: for an estimate); attempts discarded
+        # on the way, metered on their own.
         self.terminal = False
         self.text_chars = 0
+        self.tally: TextTally | None = None
         self.spent: list[Spent] = []
 
     async def respond(
@@ -108,6 +111,11 @@ class Exchange:
             await self.send(
                 {"type": "http.response.body", "body": stream_error_event(err, self.anthropic)}
             )
+
+    @property
+    def relayed_chars(self) -> int:
+        """Model text relayed (R-BUD-2): the stream's tally, else the whole body's."""
+        return self.tally.chars if self.tally is not None else self.text_chars
 
     def client_gone(self) -> None:
         """The client left; after the stream's terminal event the answer stands as sent."""
@@ -159,7 +167,8 @@ async def relay_whole(
             continue
         ex.usage = item.usage
         text = "".join(parts)
-        ex.text_chars = text_chars(text)  # R-BUD-2: the estimate when no usage came
+        if item.usage is None:  # R-BUD-2: the estimate when no usage came
+            ex.text_chars = text_chars(text)
         if not item.ok:
             raise from_run_error(item.error, _run_label(channel))
         body = (names.whole(text) if names is not None else text).encode()
@@ -182,6 +191,7 @@ async def relay_stream(
     truncation) and returns the failed end.
     """
     ex.stream = True
+    ex.tally = TextTally()
     if ping_s is None:
         ping_s = PING_INTERVAL_S
     item = await _next(channel, ex, ping_s, silence_s)
@@ -198,7 +208,7 @@ async def relay_stream(
             text = parts[0] if len(parts) == 1 else "".join(parts)
             if names is not None:
                 text = names.chunk(text) + (names.flush() if end is not None else "")
-            ex.text_chars += text_chars(text)
+            ex.tally.add(text)
             body = text.encode()
         else:
             end, body = item, (names.flush().encode() if names is not None else b"")

@@ -9,6 +9,9 @@ Two facts the relay cannot learn from the transport alone:
 - how much text a run carried when the upstream's usage never comes (a run cut after the
   first byte, an attempt the Stream Evidence Gate discarded): counted from the text fields of
   the events (not their bytes, which are mostly SSE and JSON framing), ~4 characters a token.
+  A stream's first ``SAMPLE_PIECES`` pieces are read for their text; the rest are counted by
+  their bytes at the text-to-bytes ratio of that sample (one stream's events are framed
+  alike), so a long stream pays one addition per piece, not a scan.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ _TEXT_FIELD = re.compile(
     r'\s*:\s*"((?:[^"\\]|\\.)*)"'
 )
 CHARS_PER_TOKEN = 4  # the documented estimate (docs/metering.md)
+SAMPLE_PIECES = 16  # pieces of a stream read for their text before the ratio takes over
 # After the terminal event a gone client's run is read on for its usage at most this long.
 TERMINAL_GRACE_S = 10.0
 
@@ -56,6 +60,32 @@ def text_chars(payload: str) -> int:
 def tokens_of(chars: int) -> int:
     """The estimate for ``chars`` characters of text."""
     return (chars + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
+
+
+class TextTally:
+    """Model text a stream carried, for an estimate (see the module docstring)."""
+
+    __slots__ = ("_rest", "_sample_bytes", "_sample_chars", "_sampled")
+
+    def __init__(self) -> None:
+        self._sampled = 0
+        self._sample_bytes = 0
+        self._sample_chars = 0
+        self._rest = 0  # characters of the pieces after the sample
+
+    def add(self, piece: str) -> None:
+        if self._sampled < SAMPLE_PIECES:
+            self._sampled += 1
+            self._sample_bytes += len(piece)
+            self._sample_chars += text_chars(piece)
+        else:
+            self._rest += len(piece)
+
+    @property
+    def chars(self) -> int:
+        if not self._rest or not self._sample_bytes:
+            return self._sample_chars
+        return self._sample_chars + self._rest * self._sample_chars // self._sample_bytes
 
 
 @dataclass(frozen=True, slots=True)
