@@ -39,6 +39,12 @@ class RequestRecord:
     stream: bool
     tokens_only: bool = False  # an attempt discarded inside a request: tokens, no request
     requested_group: str = ""  # R-FALL-1: the group asked of, when a fallback group served it
+    # R-OBS-1, R-OBS-3: which request, and where its time went (None: did not happen)
+    request_id: str = ""
+    trace_id: str = ""
+    node_id: str | None = None
+    queue_wait_s: float | None = None
+    ttft_s: float | None = None
 
 
 class RequestLabels(NamedTuple):

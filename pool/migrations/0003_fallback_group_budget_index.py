@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('pool', '0001_initial'),
+        ('pool', '0002_request_log'),
     ]
 
     operations = [
