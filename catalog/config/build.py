@@ -108,6 +108,7 @@ def _provider(
         concurrency=doc.concurrency,
         probe_interval_s=doc.probe_interval_s or 0.0,
         probe_command=tuple(doc.probe_command) if doc.probe_command is not None else None,
+        credential_env=doc.credential_env,
     )
 
 

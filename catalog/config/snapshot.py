@@ -52,6 +52,7 @@ class ProviderSpec:
     concurrency: int | None = None  # R-CFG-13: legacy metadata, never an admission limit
     probe_interval_s: float = 0.0  # R-HEALTH-3: 0 = no active probe
     probe_command: tuple[str, ...] | None = None  # cli providers: the probe program
+    credential_env: str | None = None  # managed cli providers: the slot secret's env name
 
     @property
     def address(self) -> str:

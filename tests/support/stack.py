@@ -33,15 +33,15 @@ TOKEN_REF = "app-test"
 PRINCIPAL_REF = "team-test"
 
 
-def _substitute(value: Any, urls: dict[str, str]) -> Any:
+def _substitute(value: Any, urls: dict[str, str], kind: str = "up") -> Any:
     if isinstance(value, str):
         for name, url in urls.items():
-            value = value.replace("{up:" + name + "}", url)
+            value = value.replace("{" + kind + ":" + name + "}", url)
         return value
     if isinstance(value, list):
-        return [_substitute(v, urls) for v in value]
+        return [_substitute(v, urls, kind) for v in value]
     if isinstance(value, dict):
-        return {k: _substitute(v, urls) for k, v in value.items()}
+        return {k: _substitute(v, urls, kind) for k, v in value.items()}
     return value
 
 
@@ -286,9 +286,12 @@ class Stack:
 
     def _node_proc(self, node_id: str, extra: dict[str, Any]) -> Proc:
         """``extra``: more node.yaml keys (tls, policy, allow_plaintext, edge_url); in them
-        ``{up:NAME}`` becomes that upstream's ``host:port`` (for policy.hosts)."""
-        hostports = {name: up.url.split("://", 1)[1] for name, up in self.upstreams.items()}
-        extra = _substitute(extra, hostports)
+        ``{up:NAME}`` becomes that upstream's ``http://host:port`` (a policy.hosts entry
+        for plain http, R-TLS-3) and ``{host:NAME}`` its bare ``host:port`` (https only)."""
+        urls = {name: up.url for name, up in self.upstreams.items()}
+        extra = _substitute(extra, urls)
+        hostports = {name: url.split("://", 1)[1] for name, url in urls.items()}
+        extra = _substitute(extra, hostports, "host")
         path = self.dir / f"{node_id}.yaml"
         doc = {"node_id": node_id, "edge_url": self.node_url, "token": {"env": "IOP_NODE_TOKEN"}}
         path.write_text(yaml.safe_dump({**doc, **extra}))

@@ -67,6 +67,8 @@ class ProviderDoc(Doc):
     credential: Secret | None = None
     headers: dict[HeaderName, str] | None = None
     env: dict[EnvName, Secret] | None = None
+    # R-MGD-11: cli providers in managed mode; the slot secret's environment variable.
+    credential_env: EnvName | None = None
     first_byte_timeout_ms: PositiveMs = 60000
     idle_timeout_ms: PositiveMs = 120000
     run_timeout_ms: PositiveMs | None = None
