@@ -10,6 +10,7 @@ import json
 import secrets
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -88,6 +89,7 @@ class Stack:
         env: dict[str, str] | None = None,
         log_level: str = "INFO",
         admin_token: str | None = None,
+        token_policy: dict[str, Any] | None = None,
     ) -> None:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -100,6 +102,7 @@ class Stack:
         self._profiles = profiles or {}
         self._credential_plane = credential_plane  # managed mode (docs/credentials.md)
         self._env = env or {}
+        self._token_policy = token_policy or {}  # more keys of the stack's own token (budget)
         # admin.token (docs/configuration.md): the control helpers below then present it.
         self.admin_token = admin_token
         if admin_token is not None:
@@ -181,6 +184,7 @@ class Stack:
                     "token_ref": TOKEN_REF,
                     "principal_ref": PRINCIPAL_REF,
                     "token_hash_sha256": sha256_hex(self.token),
+                    **self._token_policy,
                 }
             ],
             **self._openai,
@@ -446,6 +450,12 @@ class Stack:
             )
 
         self.wait_until(idle, timeout, "an idle pool")
+
+    def ledger(self) -> list[dict[str, Any]]:
+        """Every row of the running Edge's usage ledger (its own SQLite file), as dicts."""
+        with contextlib.closing(sqlite3.connect(self.dir / "edge.sqlite3", timeout=10)) as db:
+            db.row_factory = sqlite3.Row
+            return [dict(row) for row in db.execute("select * from pool_usagebucket")]
 
     def logs(self) -> str:
         parts = []
