@@ -77,6 +77,7 @@ class ProviderPayload(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=
     extensions: dict[str, Any] = {}  # unused: the Edge applies a profile's extensions itself
     probe_interval_s: float = 0.0  # R-HEALTH-3: 0 = no active probe
     probe_command: list[str] | None = None  # cli adapter: the probe; exit 0 = healthy
+    credential_env: str | None = None  # cli adapter, managed mode: the slot secret's env name
 
 
 class NodePayload(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -225,6 +226,8 @@ class RunRequest(_Msg, tag="run_request"):
     body_parts: int = 0
     credit: int = 0
     lease_envelope: dict[str, Any] | None = None  # managed mode: the run's credential (R-MGD-4)
+    request_id: str = ""  # R-OBS-1: on the Node's log lines and sent upstream as x-request-id
+    traceparent: str = ""  # R-OBS-2: W3C trace context of the Edge's request span
 
 
 class TunnelRequest(_Msg, tag="tunnel_request"):
@@ -241,6 +244,8 @@ class TunnelRequest(_Msg, tag="tunnel_request"):
     body_parts: int = 0
     credit: int = 0
     lease_envelope: dict[str, Any] | None = None  # managed mode: the run's credential (R-MGD-4)
+    request_id: str = ""  # as in ``RunRequest``
+    traceparent: str = ""
 
 
 class Credit(_Msg, tag="credit"):

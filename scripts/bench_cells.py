@@ -29,7 +29,10 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 # Modules whose import registers more suites or checks (each one: scripts/<name>.py).
-SUITE_MODULES: tuple[str, ...] = ("bench_tls", "bench_limits", "bench_gate", "bench_scale")
+SUITE_MODULES: tuple[str, ...] = (
+    "bench_tls", "bench_limits", "bench_gate", "bench_scale", "bench_tracing", "bench_peers",
+    "bench_streams",
+)  # fmt: skip
 BODIES = {
     "json": {"model": "bench", "messages": [{"role": "user", "content": "ping"}]},
     "stream": {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "ping"}]},
@@ -62,6 +65,7 @@ class Target:
     # Several Edges: every one's port on 127.0.0.1; wrk's connections alternate over them
     # (``port`` is the one the check and the probe use). Empty: ``port`` only.
     spread: tuple[int, ...] = ()
+    headers: tuple[tuple[str, str], ...] = ()  # sent with every request (a peer's routing)
 
     @property
     def url(self) -> str:
@@ -72,7 +76,9 @@ class Target:
         return json.dumps(self.bodies[mode]).encode()
 
     def probe(self, mode: str) -> Probe:
-        return Probe("127.0.0.1", self.port, self.path, self.body(mode), self.token, self.tls)
+        return Probe(
+            "127.0.0.1", self.port, self.path, self.body(mode), self.token, self.tls, self.headers
+        )
 
 
 @dataclass(frozen=True)
@@ -132,13 +138,14 @@ def check(fn: Callable[[Figures], list[Check]]) -> Callable[[Figures], list[Chec
     return fn
 
 
-def bench_providers(ctx: BenchContext) -> list[dict[str, Any]]:
-    """The one provider every bench Edge has: capacity 256 on the shared upstream."""
+def bench_providers(ctx: BenchContext, capacity: int = 256) -> list[dict[str, Any]]:
+    """The one provider every bench Edge has, on the shared upstream (capacity 256 unless
+    said otherwise: the open-streams measurement needs more)."""
     return [
         {
             "id": "p-bench",
             "profile": "openai",
-            "capacity": 256,
+            "capacity": capacity,
             "base_url": f"http://127.0.0.1:{ctx.upstream_port}/v1",
         }
     ]
@@ -150,11 +157,14 @@ def edge_stack(
     name: str,
     env: dict[str, str] | None = None,
     pin: bool = True,
+    one_core: bool = False,
+    capacity: int = 256,
     **config: Any,
 ) -> Iterator[Target]:
-    """A real Edge and Node (tests.support.Stack) with one provider of capacity 256 on the
-    shared upstream, pinned like the core cells unless ``pin`` is false; ``config`` is merged
-    into the Edge config (``openai=...`` for instance). Yields the target named ``name``."""
+    """A real Edge and Node (tests.support.Stack) with one provider of ``capacity`` on the
+    shared upstream, pinned like the core cells unless ``pin`` is false (``one_core``: the Node
+    too on the server's CPU); ``config`` is merged into the Edge config (``openai=...`` for
+    instance). Yields the target named ``name``."""
     from tests.support import Stack
 
     # scripts/bench_diag/sitecustomize.py acts only on the IOP_BENCH_* variables.
@@ -166,7 +176,7 @@ def edge_stack(
     with Stack(
         ctx.workdir / name,
         upstreams={},
-        providers=bench_providers(ctx),
+        providers=bench_providers(ctx, capacity),
         models=[
             {"id": "bench", "providers": {"p-bench": "bench-served"}},
             {"id": "bench-translated", "providers": {"p-bench": "bench-served"}, "translate": True},
@@ -180,7 +190,7 @@ def edge_stack(
         pids = {"edge": stack.edge.popen.pid, "node": stack.nodes[0].popen.pid}
         if pin:
             ctx.pin(f"{name} (Edge)", pids["edge"], server=True)
-            ctx.pin(f"{name} (Node)", pids["node"], server=False)
+            ctx.pin(f"{name} (Node)", pids["node"], server=one_core)
         else:  # children inherit bench.py's own pinning: give them every CPU back
             for pid in pids.values():
                 pin_process(pid, ctx.all_cpus)
@@ -202,6 +212,10 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "gc": ("edge-gc-undone", {"IOP_BENCH_UNDO": "gc"}),  # no gc.freeze / set_threshold
     "gc-7000": ("edge-gc-7000", {"IOP_BENCH_GC_THRESHOLD": "7000,10,10"}),  # 10x young gen
     "unpinned": ("edge-unpinned", {}),  # the OS places the Edge and the Node
+    # the event loop (nodes/loop.py): asyncio's own under both, or under the Edge only
+    "asyncio": ("edge-asyncio", {"IOP_EVENT_LOOP": "asyncio"}),
+    "uvloop": ("edge-uvloop", {"IOP_EVENT_LOOP": "uvloop"}),  # as shipped, for an A/B in order
+    "asyncio-edge": ("edge-asyncio-edge", {"IOP_BENCH_ASYNCIO_IN": "edge"}),
 }
 
 
@@ -244,3 +258,38 @@ def cpus_for_pinning() -> tuple[int, int] | None:
     """(server CPU, peer CPU) when this process may use at least two CPUs, else None."""
     cpus = sorted(os.sched_getaffinity(0))
     return (cpus[0], cpus[1]) if len(cpus) >= 2 else None
+
+
+def run_alone(
+    doc: str,
+    measure: Callable[[int, float, int], dict[str, Any]],
+    render: Callable[[dict[str, Any]], str],
+    runs_of: str,
+) -> int:
+    """``main`` of a cell module run by itself: its own fast upstream, ``--seconds``,
+    ``--rounds`` and ``--json``; prints the rendered result."""
+    import argparse
+    import subprocess
+    import sys
+
+    parser = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=3.0, help="length of each wrk run")
+    parser.add_argument("--rounds", type=int, default=5, help=f"runs per {runs_of}; medians count")
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args()
+    upstream = subprocess.Popen(
+        [sys.executable, "scripts/bench_upstream.py"], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert upstream.stdout is not None
+        port = int(upstream.stdout.readline().strip())
+        result = measure(port, args.seconds, args.rounds)
+    finally:
+        upstream.terminate()
+        upstream.wait(10)
+    print(render(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0

@@ -19,14 +19,18 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from pool.metering.budget_view import BudgetView, Reader, read_in_worker
 from pool.metering.labels import (
+    NO_LABEL,
     LabelIndex,
     RequestLabels,
     RequestRecord,
     Vocabulary,
     token_count,
 )
+from pool.metering.latency import LatencyMetrics
 from pool.metering.pending import Counts, PendingUsage, UsageKey, hour_bucket
+from pool.metering.request_log import PendingRequests, request_log_retention_days, write_rows
 
 if TYPE_CHECKING:
     from catalog.config import EdgeSnapshot
@@ -38,9 +42,11 @@ DEFAULT_RETENTION_DAYS = 90
 PRUNE_EVERY_S = 24 * 3600
 MAX_OPERATIONS = 32  # distinct operation labels; the Edge has fewer than ten
 MAX_CODES = 64  # distinct error-code labels
-DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0,
+                    120.0, 300.0, 600.0)  # fmt: skip
 
 Writer = Callable[[dict[UsageKey, Counts], datetime | None], int]
+RowsWriter = Callable[[list[tuple[object, ...]], datetime | None], int]
 
 
 def usage_retention_days() -> int:
@@ -51,6 +57,20 @@ def usage_retention_days() -> int:
     if not isinstance(days, int) or isinstance(days, bool) or days < 0:
         raise ImproperlyConfigured(f"{RETENTION_SETTING}: must be 0 (keep all) or more days")
     return days
+
+
+def write_rows_in_worker(rows: list[tuple[object, ...]], prune_before: datetime | None) -> int:
+    """Write request-log rows from a worker thread, then close that thread's connections."""
+    from django.db import connections
+
+    try:
+        return write_rows(rows, prune_before)
+    finally:
+        connections.close_all()
+
+
+def discard_rows(rows: list[tuple[object, ...]], prune_before: datetime | None) -> int:
+    return 0
 
 
 def write_in_worker(batch: dict[UsageKey, Counts], prune_before: datetime | None) -> int:
@@ -76,14 +96,31 @@ class UsageMeter:
         max_pending_keys: int = 10_000,
         retention_days: int | None = None,
         writer: Writer | None = None,
+        budget_reader: Reader | None = None,
         clock: Callable[[], float] = time.time,
+        rows_writer: RowsWriter | None = None,
+        request_retention_days: int | None = None,
     ) -> None:
         self._snapshot = snapshot
         self._interval = flush_interval_s
         self._clock = clock
         self._writer: Writer = writer or write_in_worker
+        # R-OBS-1: the request log; a meter given its own bucket writer (tests) keeps no
+        # request rows unless it is given a rows writer too.
+        self._rows_writer: RowsWriter = rows_writer or (
+            write_rows_in_worker if writer is None else discard_rows
+        )
+        self._request_retention_days = (
+            request_log_retention_days()
+            if request_retention_days is None
+            else request_retention_days
+        )
+        self.requests = PendingRequests()
+        self._next_request_prune = 0.0
         self._retention_days = usage_retention_days() if retention_days is None else retention_days
         self.pending = PendingUsage(max_pending_keys)
+        self.budgets = BudgetView()  # R-BUD-1: read after each flush, under the same lock
+        self._budget_reader: Reader = budget_reader or read_in_worker
         self._operations, self._codes = Vocabulary(MAX_OPERATIONS), Vocabulary(MAX_CODES)
         self._request_cache: dict[RequestLabels, tuple[Any, Any]] = {}
         self._token_cache: dict[tuple[RequestLabels, bool], tuple[Any, Any]] = {}
@@ -106,7 +143,7 @@ class UsageMeter:
         )  # fmt: skip
         self._duration = Histogram(
             "iop_request_duration_seconds", "Time from request start to its end.",
-            ["operation", "model_group"], buckets=DURATION_BUCKETS, registry=reg,
+            ["operation", "model_group", "provider"], buckets=DURATION_BUCKETS, registry=reg,
         )  # fmt: skip
         self._tokens = Counter(
             "iop_tokens", "Tokens in and out, attributed per the model's usage_attribution.",
@@ -121,6 +158,19 @@ class UsageMeter:
             "iop_usage_flush_failures", "Ledger writes that failed and were kept for retry.",
             registry=reg,
         )  # fmt: skip
+        self._fallbacks = Counter(
+            "iop_fallbacks", "Requests a fallback group served, by the group asked of (R-FALL-1).",
+            ["model_group", "served_by"], registry=reg,
+        )  # fmt: skip
+        self._budget_read_failures = Counter(
+            "iop_budget_read_failures", "Ledger reads for budgets that failed (R-BUD-1).",
+            registry=reg,
+        )  # fmt: skip
+        self._requests_dropped = Counter(
+            "iop_request_log_dropped", "Request-log rows dropped: the pending list was full.",
+            registry=reg,
+        )  # fmt: skip
+        self.latency = LatencyMetrics(reg)  # R-OBS-3
         pending = Gauge("iop_usage_pending_keys", "Ledger keys not yet written.", registry=reg)
         pending.set_function(lambda: len(self.pending))
 
@@ -133,21 +183,33 @@ class UsageMeter:
         lab = self._index.labels(record)
         tokens_in, tokens_out = token_count(record.input_tokens), token_count(record.output_tokens)
         estimated = bool(record.estimated)
-        requests, duration = self._request_series(lab)
-        requests.inc()
-        duration.observe(max(float(record.duration_s), 0.0))
+        counted = 0 if record.tokens_only else 1  # R-BUD-2: a discarded attempt's tokens
+        if counted:
+            requests, duration = self._request_series(lab)
+            requests.inc()
+            duration.observe(max(float(record.duration_s), 0.0))
         if tokens_in or tokens_out:
             counted_in, counted_out = self._token_series(lab, estimated)
             counted_in.inc(tokens_in)
             counted_out.inc(tokens_out)
+        asked = record.requested_group
+        if asked:  # R-FALL-1: a configured id only, like every label
+            asked = asked if self._index.known_group(asked) else NO_LABEL
+            self._fallbacks.labels(asked, lab.model_group).inc(counted)
         key = UsageKey(
             hour_bucket(self._clock()), lab.principal_ref, lab.token_ref, lab.model_group,
-            lab.attributed_to, lab.attribution, estimated,
+            lab.attributed_to, lab.attribution, estimated, asked or NO_LABEL,
         )  # fmt: skip
-        if self.pending.add(key, Counts(1, int(lab.failed), tokens_in, tokens_out)):
+        if self.pending.add(key, Counts(counted, int(lab.failed) * counted, tokens_in, tokens_out)):
             self._overflow.inc()
+        self.budgets.add(lab.principal_ref, key.bucket, tokens_in + tokens_out)
+        if counted:  # a discarded attempt is no request: no latency, no request-log row
+            self.latency.observe(record, lab, tokens_out)
+            if not self.requests.add(self._clock(), record, lab, (tokens_in, tokens_out)):
+                self._requests_dropped.inc()
         self.start()
-        if self.pending.full and self._wake is not None:
+        full = self.pending.full or len(self.requests) >= self.requests.max_rows
+        if full and self._wake is not None:
             self._wake.set()  # a full map asks for an early flush
 
     def _request_series(self, lab: RequestLabels) -> tuple[Any, Any]:
@@ -157,7 +219,7 @@ class UsageMeter:
         if series is None:
             series = self._request_cache[lab] = (
                 self._requests.labels(lab.operation, lab.model_group, lab.provider, lab.code),
-                self._duration.labels(lab.operation, lab.model_group),
+                self._duration.labels(lab.operation, lab.model_group, lab.provider),
             )
         return series
 
@@ -203,12 +265,39 @@ class UsageMeter:
             # Shielded: cancelling the loop task never abandons a batch half-way; aclose()
             # waits for it through the lock before its final flush.
             await asyncio.shield(self.flush())
+            await asyncio.shield(self.refresh_budgets())
+
+    def configure_budgets(self, periods: dict[str, str]) -> None:
+        """The budgeted principals of a new snapshot; a new one is read from the ledger soon."""
+        if self.budgets.configure(periods):
+            self.start()
+            if self._wake is not None:
+                self._wake.set()
+
+    async def refresh_budgets(self) -> None:
+        """Read the budgeted principals' figures from the ledger (R-BUD-1). Under the flush
+        lock, so every token is either in the ledger or still pending, never both."""
+        if self.budgets.empty:
+            return
+        self._bind(asyncio.get_running_loop())
+        assert self._lock is not None
+        async with self._lock:
+            wanted = self.budgets.wanted(self._clock())
+            read = sync_to_async(self._budget_reader, thread_sensitive=False)
+            try:
+                figures = await read(wanted)
+            except Exception as exc:  # the last figures stay, this Edge's usage keeps adding
+                self._budget_read_failures.inc()
+                logger.warning("usage ledger read for budgets failed (%s)", type(exc).__name__)
+                return
+            self.budgets.refreshed(wanted, figures, self.pending.items())
 
     async def flush(self) -> int:
         """Write the pending aggregates in one batch; return the number of rows upserted."""
         self._bind(asyncio.get_running_loop())
         assert self._lock is not None
         async with self._lock:
+            await self._flush_requests()
             batch = self.pending.take()
             if not batch:
                 return 0
@@ -228,6 +317,31 @@ class UsageMeter:
                     type(exc).__name__, len(batch),
                 )  # fmt: skip
                 return 0
+
+    async def _flush_requests(self) -> None:
+        """Write the pending request-log rows (R-OBS-1); on failure they are kept (bounded)."""
+        rows = self.requests.take()
+        prune_before = None
+        if self._request_retention_days > 0 and time.monotonic() >= self._next_request_prune:
+            self._next_request_prune = time.monotonic() + PRUNE_EVERY_S
+            now = datetime.fromtimestamp(self._clock(), tz=UTC)
+            prune_before = now - timedelta(days=self._request_retention_days)
+        if not rows and prune_before is None:
+            return
+        write = sync_to_async(self._rows_writer, thread_sensitive=False)
+        try:
+            await write(rows, prune_before)
+        except Exception as exc:
+            dropped = self.requests.dropped
+            self.requests.merge(rows)
+            self._requests_dropped.inc(self.requests.dropped - dropped)
+            if prune_before is not None:
+                self._next_request_prune = 0.0
+            self._flush_failures.inc()
+            logger.warning(
+                "request log write failed (%s); %d rows kept for the next flush",
+                type(exc).__name__, len(rows),
+            )  # fmt: skip
 
     def _prune_due(self) -> datetime | None:
         if self._retention_days <= 0 or time.monotonic() < self._next_prune:
