@@ -209,6 +209,39 @@ async def test_r_health_2_an_ejection_made_on_one_edge_holds_on_the_other() -> N
             a.release(lease)
 
 
+async def test_r_health_2_a_trial_that_succeeded_and_is_released_at_once_restores_the_row() -> None:
+    """R-HEALTH-2: the trial's ``succeeded`` and its release go in one call (the writer folds
+    them): the row is healthy again, its failures 0, the lease back, the change announced;
+    a success followed by another lease's release is not folded and counts the same."""
+    async with edges() as group:
+        a = await group.start(policy(prov("p1", cap=2)), "edge-a")
+        announced: list[bool] = []
+        a.on_health_change = lambda: announced.append(True)
+        a.node_ready("n1", 1)
+        first = await a.acquire("m")
+        a.failed(first, "upstream answered HTTP 429", retry_after_s=0)
+        a.release(first)
+        await a.flush()
+        a.wake()
+        await a.flush()
+        trial = await a.acquire("m")
+        announced.clear()
+        a.succeeded(trial)
+        a.release(trial)  # the same tick: one ``release +`` call
+        await a.flush()
+        row = (await a.fetch_snapshot()).providers[0]
+        assert (row.health, row.consecutive_failures, row.in_flight) == ("healthy", 0, 0)
+        assert announced
+        one, two = await a.acquire("m"), await a.acquire("m")
+        a.failed(one, "upstream answered HTTP 500")
+        a.release(one)
+        a.succeeded(two)
+        a.release(two)
+        await a.flush()
+        row = (await a.fetch_snapshot()).providers[0]
+        assert (row.consecutive_failures, row.in_flight) == (0, 0)
+
+
 async def test_r_scale_2_an_older_policy_version_never_overwrites_a_newer_one() -> None:
     async with edges() as group:
         newer = policy(prov("p1", cap=3), version=5)
@@ -378,3 +411,23 @@ async def test_the_scripts_touch_no_key_or_channel_outside_the_prefix(caplog) ->
     finally:
         await admin.execute_command("ACL", "DELUSER", user)
         await admin.aclose()
+
+
+def test_a_success_and_the_release_of_its_lease_are_folded_into_one_call() -> None:
+    from pool.engine_redis import wire
+    from pool.engine_redis.jobs import Job
+
+    ok, release = Job("health", ["ok", "5", "n1", "p1"]), Job("release", ["5"])
+    assert wire.fold([ok, release]) == [("release", ["+", "5", "n1", "p1"], [0, 1])]
+    other = Job("release", ["6"])
+    assert [c[0] for c in wire.fold([ok, other, release])] == ["health", "release", "release"]
+    folded = wire.fold([Job("admit", ["m"]), ok, release])
+    answers = wire.unfold(
+        folded,
+        [
+            '{"e": "1", "info": [], "ev": [], "r": 0}',
+            '{"e": "1", "info": [["healthy", "p1", "probing", 0, "x"]], "ev": [], "r": 1}',
+        ],
+        3,
+    )
+    assert answers[1].endswith('"r": 1}') and '"info": []' in answers[2]

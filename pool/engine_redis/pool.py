@@ -379,19 +379,25 @@ class RedisPool:
         return self._answer(await self._scripts[name](args=self._args(extra)))
 
     async def _send(self, jobs: list[Job]) -> list[Any]:
-        """Run ``jobs``' scripts in order in one round trip; a script's error is its answer."""
+        """Run ``jobs``' scripts in order in one round trip; a script's error is its answer.
+        A lease's ``succeeded`` directly followed by its release is one call (``release``
+        with ``+``): the same effects in the same order, one script less per request."""
         assert self._redis is not None
-        if len(jobs) == 1:
+        calls = wire.fold(jobs)
+        if len(calls) == 1:
+            script, args = calls[0][0], calls[0][1]
             try:
-                return [await self._scripts[jobs[0].script](args=self._args(jobs[0].args))]
+                raws = [await self._scripts[script](args=self._args(args))]
             except redis_errors.ResponseError as exc:
-                return [exc]
-        if not jobs:
+                raws = [exc]
+        elif not calls:
             return []
-        pipe = self._redis.pipeline(transaction=False)
-        for job in jobs:
-            await self._scripts[job.script](args=self._args(job.args), client=pipe)
-        return list(await pipe.execute(raise_on_error=False))
+        else:
+            pipe = self._redis.pipeline(transaction=False)
+            for script, args, _ in calls:
+                await self._scripts[script](args=self._args(args), client=pipe)
+            raws = list(await pipe.execute(raise_on_error=False))
+        return wire.unfold(calls, raws, len(jobs))
 
     def _answer(self, raw: Any) -> Any:
         """Handle one script's result: epoch, health log lines, waiter fates; its own part."""

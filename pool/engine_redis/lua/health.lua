@@ -2,22 +2,9 @@
 -- ARGV[6] = op: ok <lease id> <node> <provider> | fail <lease id> <node> <provider> <reason>
 -- <retry ms or ""> | probe <node> <provider> <1|0> <reason> | wake
 local op = ARGV[6]
-local function configured(nid, pid)
-  local p = prov(pid)
-  if not p or p.n ~= nid then return nil end
-  return row(k('prov', pid))
-end
 local out = 0
 if op == 'ok' then
-  local id, r = ARGV[7], configured(ARGV[8], ARGV[9])
-  if r and r.h ~= 'ejected' then
-    redis.call('HSET', r.key, 'failures', 0)
-    if r.h == 'probing' and r.trial == id then
-      restore(ARGV[9], r, 'the trial request succeeded')
-      pump({[ARGV[9]] = true})
-      out = 1
-    end
-  end
+  out = succeeded(ARGV[7], ARGV[8], ARGV[9])
 elseif op == 'fail' then
   local id, pid = ARGV[7], ARGV[9]
   local r = configured(ARGV[8], pid)
