@@ -393,10 +393,10 @@ class RedisPool:
         elif not calls:
             return []
         else:
-            pipe = self._redis.pipeline(transaction=False)
-            for script, args, _ in calls:
-                await self._scripts[script](args=self._args(args), client=pipe)
-            raws = list(await pipe.execute(raise_on_error=False))
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for script, args, _ in calls:
+                    await self._scripts[script](args=self._args(args), client=pipe)
+                raws = list(await pipe.execute(raise_on_error=False))
         return wire.unfold(calls, raws, len(jobs))
 
     def _answer(self, raw: Any) -> Any:
