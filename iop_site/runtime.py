@@ -52,6 +52,8 @@ class EdgeRuntime:
         )
         # Started with the runtime, closed after it in reverse (scale-out: iop_site.scale).
         self.companions: list[Any] = []
+        # Scale-out: per-token limits counted in Redis across Edges (R-SCALE-6), else None.
+        self.shared_limits: Any = None
         self._started: list[Any] = []
         self.health = HealthWatch(self.pool, clock)
         self.hub = NodeHub(

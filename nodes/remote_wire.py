@@ -10,6 +10,7 @@ from __future__ import annotations
 import msgspec
 
 from nodes import wire
+from nodes.envelope import SlotGrant
 
 
 class Msg(msgspec.Struct, tag_field="t", forbid_unknown_fields=True, omit_defaults=True):
@@ -27,6 +28,7 @@ class Open(Msg, tag="open"):
     body: str = ""
     body_parts: int = 0  # sent first as ``Part`` messages (R-IN-2)
     forward_headers: dict[str, str] = {}
+    grant: SlotGrant | None = None  # managed mode: the owner issues the envelope (R-SCALE-7)
 
 
 class Part(Msg, tag="part"):

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from nodes import wire
+from nodes.envelope import SlotGrant
 
 
 class NodeUnavailable(Exception):
@@ -30,6 +31,9 @@ class RunOrder:
     # Managed mode: issues the run's lease envelope once its id and the Node's connection
     # generation are known, (run_id, node_id, generation) -> envelope (R-MGD-4).
     seal: Callable[[str, str, int], dict[str, Any]] | None = None
+    # Managed mode across Edges: what the Edge holding the Node needs to issue the envelope
+    # itself, with its own connection generation (R-SCALE-7); None on a legacy run.
+    grant: SlotGrant | None = None
 
 
 Grant = Callable[[int], None]

@@ -19,6 +19,7 @@ from pool.http.body import ClientGone, read_body
 from pool.http.dispatch import dispatch
 from pool.http.errors import HttpError, model_not_found
 from pool.http.limits import RateLimited, Ticket, TokenLimiter
+from pool.http.limits_shared import LimitsUnavailable, SharedTokenLimiter
 from pool.http.managed import Grant, RouteCredentials
 from pool.http.metrics import metrics_response, scrape_allowed
 from pool.http.operations import ENDPOINTS, Endpoint, ParsedRequest, Target, parse_request
@@ -40,11 +41,18 @@ MODELS_PREFIX = "/v1/models/"
 class OpenAIApp:
     """Serves /v1/* (and /metrics with a scrape token) through the provider pool."""
 
-    def __init__(self, runtime: DataPlane, *, rate_window_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        runtime: DataPlane,
+        *,
+        rate_window_s: float = 60.0,
+        shared_limits: SharedTokenLimiter | None = None,
+    ) -> None:
         self.runtime = runtime
         self._snapshot: EdgeSnapshot | None = None
         self._tables: Tables | None = None
         self.limiter = TokenLimiter(rate_window_s)  # R-PRIN-2: per-token counters, this Edge
+        self.shared_limits = shared_limits  # R-SCALE-6: scale-out counts in Redis instead
 
     def tables(self) -> Tables:
         """The lookup tables of the active snapshot, rebuilt when it is swapped."""
@@ -129,12 +137,19 @@ class OpenAIApp:
         if request.model in tables.translating:  # R-XLATE-1: admission counts translations
             request.needs = translated_needs(request.needs, endpoint.capability)
         if caller.limits is not None and caller.token_ref is not None:
-            try:  # R-PRIN-2: before admission, from this Edge's counters
-                meta.ticket = self.limiter.admit(
-                    caller.token_ref, caller.limits, request.input_tokens_estimate
-                )
+            try:  # R-PRIN-2: before admission; across every Edge in scale-out (R-SCALE-6)
+                if self.shared_limits is None:
+                    meta.ticket = self.limiter.admit(
+                        caller.token_ref, caller.limits, request.input_tokens_estimate
+                    )
+                else:
+                    meta.ticket = await self.shared_limits.admit(
+                        caller.token_ref, caller.limits, request.input_tokens_estimate
+                    )
             except RateLimited as exc:
                 raise HttpError("rate_limited", str(exc), headers=exc.headers()) from None
+            except LimitsUnavailable:
+                raise HttpError("pool_unavailable") from None
             if meta.ticket.quota is not None:
                 ex.extra_headers = meta.ticket.quota.headers()
         long = request.input_tokens_estimate >= tables.long_threshold  # R-POOL-7
@@ -210,7 +225,8 @@ class OpenAIApp:
         """The request ended however it ended: its limiter charge is settled, then metered."""
         input_tokens, output_tokens, estimated = _usage(meta, ex)
         if meta.ticket is not None:  # R-PRIN-2: exactly once, the estimate corrected
-            self.limiter.finish(meta.ticket, input_tokens + output_tokens)
+            limiter = self.limiter if self.shared_limits is None else self.shared_limits
+            limiter.finish(meta.ticket, input_tokens + output_tokens)
         request = meta.request
         status = ex.status or 500
         self.runtime.meter.record(

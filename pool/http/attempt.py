@@ -84,6 +84,11 @@ async def open_attempt(
             if attempt.credentials is not None
             else None
         ),
+        grant=(  # a Node on another Edge: that Edge issues the envelope (R-SCALE-7)
+            attempt.credentials.slot_grant(lease.provider_id)
+            if attempt.credentials is not None
+            else None
+        ),
     )
     # may raise NodeUnavailable
     attempt.channel = await attempt.runtime.hub.open_run(lease, spec, attempt.window)
