@@ -42,8 +42,9 @@ def with_database(url: str, name: str) -> str:
 class EdgeHandle:
     """One Edge of a cluster: its id, ports and process."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, node_tls: bool = False, api_tls: bool = False) -> None:
         self.index = index
+        self.node_tls, self.api_tls = node_tls, api_tls  # edge.tls (wss://), openai.tls
         self.edge_id = f"edge-{index}"
         self.ports = {"edge": free_port(), "admin": free_port(), "openai": free_port()}
         self.proc: Proc | None = None
@@ -51,11 +52,11 @@ class EdgeHandle:
 
     @property
     def node_url(self) -> str:
-        return f"ws://127.0.0.1:{self.ports['edge']}/ws/node"
+        return f"{'wss' if self.node_tls else 'ws'}://127.0.0.1:{self.ports['edge']}/ws/node"
 
     @property
     def openai_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports['openai']}"
+        return f"{'https' if self.api_tls else 'http'}://127.0.0.1:{self.ports['openai']}"
 
     @property
     def control_url(self) -> str:
@@ -105,7 +106,8 @@ class Cluster(Stack):
         # that refuses admissions for one TTL, docs/scale-out.md) admit, soon.
         self.lease_ttl_s = lease_ttl_s
         self.revision_poll_s = revision_poll_s
-        self.edges = [EdgeHandle(i) for i in range(edges)]
+        tls = (bool(self._edge.get("tls")), bool(self._openai.get("tls")))
+        self.edges = [EdgeHandle(i, *tls) for i in range(edges)]
         self.ports = self.edges[0].ports  # the config document names Edge 0's ports
         self._created = False
 

@@ -88,6 +88,7 @@ class Stack:
         env: dict[str, str] | None = None,
         log_level: str = "INFO",
         admin_token: str | None = None,
+        tokens: list[dict[str, Any]] | None = None,
     ) -> None:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -100,6 +101,7 @@ class Stack:
         self._profiles = profiles or {}
         self._credential_plane = credential_plane  # managed mode (docs/credentials.md)
         self._env = env or {}
+        self._tokens = tokens or []  # more principal_tokens entries, after the stack's own
         # admin.token (docs/configuration.md): the control helpers below then present it.
         self.admin_token = admin_token
         if admin_token is not None:
@@ -181,7 +183,8 @@ class Stack:
                     "token_ref": TOKEN_REF,
                     "principal_ref": PRINCIPAL_REF,
                     "token_hash_sha256": sha256_hex(self.token),
-                }
+                },
+                *self._tokens,
             ],
             **self._openai,
         }
