@@ -10,6 +10,7 @@ in-memory pool (enough to show Nodes moving between Edges and revisions in one d
 
 from __future__ import annotations
 
+import re
 import secrets
 import shutil
 import subprocess
@@ -248,9 +249,9 @@ class Cluster(Stack):
         ready_on: int | None = None
         by_port = {h.ports["edge"]: h.index for h in self.edges}
         for line in proc.log.read_text(errors="replace").splitlines():
-            if "connecting to ws://127.0.0.1:" in line:
-                port = int(line.split("ws://127.0.0.1:", 1)[1].split("/", 1)[0])
-                dialled, ready_on = by_port.get(port), None
+            dialling = re.search(r"connecting to wss?://127\.0\.0\.1:(\d+)/", line)
+            if dialling is not None:
+                dialled, ready_on = by_port.get(int(dialling.group(1))), None
             elif " ready: generation " in line:
                 ready_on = dialled
             elif "connection lost" in line or "closed the connection" in line:
