@@ -67,11 +67,11 @@ class Managed:
 
 
 def node(keys: ManagedKeys, provider_id: str, upstream: str, pki: Pki) -> dict[str, Any]:
+    base_url = f"{{up:{upstream}}}/v1"
     return {
         "id": keys.node_id,
         "providers": [
-            {"id": provider_id, "profile": "glm", "base_url": f"{{up:{upstream}}}/v1",
-             "capacity": CAPACITY}  # fmt: skip
+            {"id": provider_id, "profile": "glm", "base_url": base_url, "capacity": CAPACITY}
         ],
         "config": {"tls": {"ca_file": str(pki.ca_file)}, "credential_plane": keys.node_plane()},
         "recipient": {"key_id": f"{keys.node_id}-recipient", "public_key_file": str(keys.node_pub)},
