@@ -105,7 +105,8 @@ def measure(
     ):
         if scale is not None:
             stack.token = raw["plain"]
-            assert stack.chat(0)[0] == 200  # past the fresh prefix's recovery grace
+            answer = stack.chat(0, "bench")  # past the fresh prefix's recovery grace
+            assert answer[0] == 200, answer
         url = stack.v1_url + "/chat/completions"
         assert stack.edge is not None and stack.edge.popen is not None
         edge_pid = stack.edge.popen.pid
@@ -195,7 +196,7 @@ def shared_cost(redis_url: str, requests: int = 2000) -> dict[str, float]:
                 wall, cpu = time.perf_counter(), time.process_time()
                 for _ in range(requests // width):
                     await asyncio.gather(*(one(limiter) for _ in range(width)))
-                await limiter._send_settles()
+                await limiter.flush()
                 n = (requests // width) * width
                 out[f"{label}_wall_us"] = (time.perf_counter() - wall) * 1e6 / n
                 out[f"{label}_cpu_us"] = (time.process_time() - cpu) * 1e6 / n

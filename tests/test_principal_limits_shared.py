@@ -5,6 +5,7 @@ time is pinned through the limiter's override where a test moves it; no sleeps."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
@@ -29,7 +30,7 @@ class Edges:
 
     async def settled(self) -> None:
         for lim in self.all:
-            await lim._send_settles()
+            await lim.flush()
 
 
 @pytest.fixture
@@ -143,3 +144,37 @@ async def test_redis_away_at_admission_is_limits_unavailable():
             await lim.admit("t", TokenLimits(rpm=1), 1)
     finally:
         await lim.aclose()
+
+
+async def test_a_request_cancelled_while_being_admitted_gives_its_slot_back(edges):
+    """R-SCALE-6: a client that leaves while its admission is on the way to Redis holds no
+    slot afterwards: an admitted charge is settled back (its tokens too). The cancel lands at
+    every point from before the command is sent to after its answer arrived; alone (one
+    EVALSHA) and behind another admission (the writer's pipeline)."""
+    limits = TokenLimits(max_in_flight=1, tpm=100)
+    a, b, _ = edges.all
+    for crowded in (False, True):
+        for yields in range(12):
+            token = f"t-{crowded}-{yields}"
+            other = asyncio.ensure_future(a.admit(f"{token}-other", limits, 1)) if crowded else None
+            task = asyncio.ensure_future(a.admit(token, limits, 70))
+            for _ in range(yields):
+                await asyncio.sleep(0)
+            task.cancel()
+            try:
+                done = await task
+            except asyncio.CancelledError:
+                pass
+            else:  # admitted before the cancel: the request ends as any other
+                a.finish(done, 0)
+            if other is not None:
+                await other
+            admitted = []
+            for _ in range(200):  # bounded: each try is one round trip
+                await a.flush()
+                with contextlib.suppress(RateLimited):
+                    admitted.append(await b.admit(token, limits, 70))
+                if admitted:
+                    break
+            assert admitted, f"slot lost: cancel after {yields} yields, crowded {crowded}"
+            assert admitted[0].quota is not None and admitted[0].quota.remaining_tokens == 30

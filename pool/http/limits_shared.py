@@ -12,6 +12,7 @@ the same rules as the in-memory limiter. No Django here.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import secrets
 from collections import deque
@@ -26,7 +27,8 @@ from pool.http.limits import IN_FLIGHT_RETRY_S, Quota, RateLimited, Ticket, Toke
 log = logging.getLogger("iop.http")
 
 REDIS_ERRORS = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
-MAX_BATCH = 256  # settles sent in one pipeline
+MAX_BATCH = 256  # jobs sent in one pipeline
+SETTLE_DELAY_S = 0.05  # an ended request's settle waits at most this for an admission to join
 
 
 class LimitsUnavailable(Exception):
@@ -44,8 +46,20 @@ class SharedTicket(Ticket):
         self.slot = slot
 
 
+class _Job:
+    __slots__ = ("args", "future", "keys", "script")
+
+    def __init__(self, script: str, keys: list[str], args: list[Any],
+                 future: asyncio.Future[Any] | None = None) -> None:  # fmt: skip
+        self.script, self.keys, self.args, self.future = script, keys, args, future
+
+
 class SharedTokenLimiter:
-    """``admit`` (one round trip) and ``finish`` (queued) against counters shared in Redis."""
+    """``admit`` (one round trip) and ``finish`` (queued) against counters shared in Redis.
+
+    One writer task sends what is queued in one pipeline: admissions at once, the settles of
+    ended requests with the next admission or within ``SETTLE_DELAY_S``, so a steady stream of
+    requests costs one round trip each."""
 
     def __init__(
         self,
@@ -63,12 +77,14 @@ class SharedTokenLimiter:
         self.ttl_ms = max(1, round(ttl_s * 1000))
         self.renew_s = ttl_s / 3
         self._redis: Redis | None = None
-        self._scripts: dict[str, Any] = {}
+        self._sha: dict[str, str] = {}
         self._boot = secrets.token_hex(4)  # slot ids unique across Edges and restarts
         self._ids = count(1)
         self._held: dict[str, dict[str, SharedTicket]] = {}  # token ref -> slot -> ticket
-        self._settles: deque[list[str]] = deque()
+        self._jobs: deque[_Job] = deque()
         self._kick = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._admitting = False  # one admission is on its way by itself
         self._tasks: list[asyncio.Task[None]] = []
         self.time_override: str = ""  # tests: Redis time in ms
 
@@ -76,7 +92,7 @@ class SharedTokenLimiter:
         self._redis = Redis.from_url(
             self._url, socket_connect_timeout=1.0, socket_timeout=max(1.0, self.renew_s)
         )
-        self._scripts = {name: self._redis.register_script(text) for name, text in _LUA.items()}
+        self._sha = {name: sha1_hex(text) for name, text in _LUA.items()}
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._writer()), loop.create_task(self._renewer())]
 
@@ -84,14 +100,16 @@ class SharedTokenLimiter:
         """Send the settles still queued (bounded), then disconnect; held slots expire."""
         if self._redis is None:
             return
-        if self._settles:
-            try:
-                await asyncio.wait_for(self._send_settles(), timeout=2.0)
-            except (TimeoutError, *REDIS_ERRORS):
-                log.warning("stopping with limiter updates not sent; their slots expire by TTL")
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._jobs:
+            try:
+                await asyncio.wait_for(self.flush(), timeout=2.0)
+            except (TimeoutError, *REDIS_ERRORS):
+                log.warning("stopping with limiter updates not sent; their slots expire by TTL")
+        if self._timer is not None:
+            self._timer.cancel()
         await self._redis.aclose()
         self._redis = None
 
@@ -114,12 +132,16 @@ class SharedTokenLimiter:
             estimate,
             self.time_override,
         ]
-        try:
-            out = await self._scripts["admit"](keys=self._keys(token_ref), args=args)
-        except REDIS_ERRORS as exc:
-            raise LimitsUnavailable(type(exc).__name__) from None
+        keys = self._keys(token_ref)
+        if self._admitting:  # others on the way: join the writer's next pipeline
+            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            self._jobs.append(_Job("admit", keys, args, future))
+            self._kick.set()
+            out = await future  # cancelled: the charge is given back (_send)
+        else:  # alone: one EVALSHA, no hop through the writer task
+            out = await self._admit_now(keys, args)
         verdict, requests, tokens, reset_ms, window = out
-        verdict = verdict.decode() if isinstance(verdict, bytes) else verdict
+        verdict = _text(verdict)
         reset_s = int(reset_ms) / 1000
         quota = Quota(
             limit_requests=limits.rpm,
@@ -137,6 +159,36 @@ class SharedTokenLimiter:
         self._held.setdefault(token_ref, {})[slot] = ticket
         return ticket
 
+    async def _admit_now(self, keys: list[str], args: list[Any]) -> Any:
+        self._admitting = True
+        call = asyncio.ensure_future(self._evalsha("admit", keys, args))
+        try:
+            return await asyncio.shield(call)
+        except asyncio.CancelledError:  # the request left: an admitted charge is given back
+            call.add_done_callback(lambda done: self._give_back(keys, args, done))
+            raise
+        finally:
+            self._admitting = False
+
+    async def _evalsha(self, script: str, keys: list[str], args: list[Any]) -> Any:
+        assert self._redis is not None
+        try:
+            try:
+                return await self._redis.evalsha(self._sha[script], len(keys), *keys, *args)
+            except redis_errors.NoScriptError:
+                await self._load()
+                return await self._redis.evalsha(self._sha[script], len(keys), *keys, *args)
+        except REDIS_ERRORS as exc:
+            raise LimitsUnavailable(type(exc).__name__) from None
+
+    def _give_back(self, keys: list[str], args: list[Any], done: asyncio.Future[Any]) -> None:
+        """Settle back an admission whose request is gone (``args`` as ``admit`` sent them)."""
+        if done.cancelled() or done.exception() is not None:
+            return
+        reply = done.result()
+        if _text(reply[0]) == "ok":
+            self._queue_settle(keys, args[2], int(reply[4]), str(-args[6]))
+
     def finish(self, ticket: Ticket, used_tokens: int | None = None) -> bool:
         """The request ended: its slot is freed and ``tpm`` settled, queued for the writer
         (never awaited by the request). False when already finished."""
@@ -149,32 +201,80 @@ class SharedTokenLimiter:
             if not held:
                 del self._held[ticket.token_ref]
         correction = "" if used_tokens is None else str(used_tokens - ticket.estimate)
-        self._settles.append([ticket.token_ref, ticket.slot, str(ticket.window), correction])
-        self._kick.set()
+        self._settle(ticket.token_ref, ticket.slot, ticket.window, correction)
         return True
+
+    def _settle(self, token_ref: str, slot: str, window: int, correction: str) -> None:
+        self._queue_settle(self._keys(token_ref), slot, window, correction)
+
+    def _queue_settle(self, keys: list[str], slot: str, window: int, correction: str) -> None:
+        args = [self.window_ms, slot, window, correction, self.time_override]
+        self._jobs.append(_Job("settle", keys, args))
+        if self._timer is None:  # with the next admission, or on its own soon
+            self._timer = asyncio.get_running_loop().call_later(SETTLE_DELAY_S, self._kick.set)
 
     def in_flight(self, token_ref: str) -> int:
         """Slots this Edge holds for ``token_ref``."""
         return len(self._held.get(token_ref, ()))
 
+    async def flush(self) -> None:
+        """Send everything queued now (tests, shutdown)."""
+        while self._jobs:
+            await self._send([self._jobs.popleft() for _ in range(min(MAX_BATCH, len(self._jobs)))])
+
     async def _writer(self) -> None:
         while True:
             await self._kick.wait()
             self._kick.clear()
-            try:
-                await self._send_settles()
-            except REDIS_ERRORS as exc:  # the slots expire by TTL; tpm keeps its estimate
-                log.warning("per-token limits: settles not sent (%s)", type(exc).__name__)
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            while self._jobs:
+                batch = [self._jobs.popleft() for _ in range(min(MAX_BATCH, len(self._jobs)))]
+                try:
+                    await self._send(batch)
+                except REDIS_ERRORS as exc:  # slots expire by TTL; tpm keeps its estimate
+                    log.warning("per-token limits: Redis did not answer (%s)", type(exc).__name__)
+                    for job in batch:
+                        if job.future is not None and not job.future.done():
+                            job.future.set_exception(LimitsUnavailable(type(exc).__name__))
 
-    async def _send_settles(self) -> None:
+    async def _send(self, batch: list[_Job]) -> None:
+        """One pipeline of EVALSHA (no SCRIPT EXISTS round trip); the scripts are loaded and
+        the refused jobs sent again when Redis answers NOSCRIPT (it restarted)."""
         assert self._redis is not None
-        while self._settles:
-            batch = [self._settles.popleft() for _ in range(min(MAX_BATCH, len(self._settles)))]
-            pipe = self._redis.pipeline(transaction=False)
-            for token_ref, *rest in batch:
-                args = [self.window_ms, *rest, self.time_override]
-                await self._scripts["settle"](keys=self._keys(token_ref), args=args, client=pipe)
-            await pipe.execute()
+        replies = await self._pipeline(batch)
+        missing = [i for i, r in enumerate(replies) if isinstance(r, redis_errors.NoScriptError)]
+        if missing:
+            await self._load()
+            again = await self._pipeline([batch[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        for job, reply in zip(batch, replies, strict=True):
+            if job.future is None:
+                continue
+            if job.future.cancelled():  # the request left while it was being admitted
+                if not isinstance(reply, Exception) and _text(reply[0]) == "ok":
+                    self._queue_settle(job.keys, job.args[2], int(reply[4]), str(-job.args[6]))
+                continue
+            if job.future.done():
+                continue
+            if isinstance(reply, Exception):
+                job.future.set_exception(LimitsUnavailable(type(reply).__name__))
+            else:
+                job.future.set_result(reply)
+
+    async def _load(self) -> None:
+        assert self._redis is not None
+        for text in _LUA.values():
+            await self._redis.script_load(text)
+
+    async def _pipeline(self, batch: list[_Job]) -> list[Any]:
+        assert self._redis is not None
+        pipe = self._redis.pipeline(transaction=False)
+        for job in batch:
+            pipe.evalsha(self._sha[job.script], len(job.keys), *job.keys, *job.args)
+        return list(await pipe.execute(raise_on_error=False))
 
     async def _renewer(self) -> None:
         """Every TTL/3: push the expiry of every slot this Edge still holds one TTL ahead."""
@@ -193,7 +293,15 @@ class SharedTokenLimiter:
         for token_ref, held in self._held.items():
             keys.append(self._keys(token_ref)[0])
             args += [len(held), *held]
-        await self._scripts["renew"](keys=keys, args=args)
+        await self._send([_Job("renew", keys, args)])
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def sha1_hex(text: str) -> str:
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
 
 
 def _arg(value: int | None) -> str | int:
