@@ -178,3 +178,18 @@ async def test_a_request_cancelled_while_being_admitted_gives_its_slot_back(edge
                     break
             assert admitted, f"slot lost: cancel after {yields} yields, crowded {crowded}"
             assert admitted[0].quota is not None and admitted[0].quota.remaining_tokens == 30
+
+
+async def test_live_slots_count_again_after_redis_lost_them(edges):
+    """R-SCALE-6: a Redis restarted empty forgets every slot; the next renewal (every TTL/3)
+    puts the live ones back, while a slot ended meanwhile stays gone."""
+    limits = TokenLimits(max_in_flight=1)
+    a, b, _ = edges.all
+    await a.admit("t", limits, 1)
+    ended = await a.admit("u", limits, 1)
+    drop_keys(REDIS_URL, a.prefix)
+    a.finish(ended)
+    await a.renew()
+    with pytest.raises(RateLimited):
+        await b.admit("t", limits, 1)
+    await b.admit("u", limits, 1)

@@ -183,19 +183,31 @@ def test_rpm_holds_across_three_edges_under_concurrent_requests_r_scale_6(cluste
     assert all(peak <= CAPACITY for peak in upstream_peak(cluster).values())
 
 
-def test_max_in_flight_holds_across_edges_and_comes_back_when_runs_end_r_scale_6(cluster):
-    """R-SCALE-6: two streams of a max_in_flight=2 token held open on Edges 0 and 1; every
-    Edge refuses a third with 429 rate_limited; once they end, any Edge serves again."""
-    holds, threads = held_streams(cluster, [0, 1])
+def test_max_in_flight_holds_across_edges_under_concurrent_streams_r_scale_6(cluster):
+    """R-SCALE-6: nine streams of a max_in_flight=2 token at once, round robin over three
+    Edges, while the upstreams hold every stream open: exactly two reach an upstream, seven
+    get 429 rate_limited (Retry-After 1); once the two end, any Edge serves the token again."""
+    holds = [Hold(cluster.upstream(name)) for name in ("a", "b")]
+    answers: list[Answer] = []
+    threads = [
+        threading.Thread(target=lambda i=i: answers.append(ask(cluster, i % 3, "fly", stream=True)))
+        for i in range(9)
+    ]
     try:
-        answers = [ask(cluster, i % 3, "fly") for i in range(6)]
-        assert [(a.status, a.code) for a in answers] == [(429, "rate_limited")] * 6
+        for thread in threads:
+            thread.start()
+        eventually(
+            lambda: len(answers) == 7 and in_upstreams(cluster) == MAX_IN_FLIGHT,
+            "seven answers while two streams are held in the upstreams",
+        )
+        assert [(a.status, a.code) for a in answers] == [(429, "rate_limited")] * 7
         assert all(a.headers["retry-after"] == "1" for a in answers)
     finally:
         for hold in holds:
             hold.release()
         for thread in threads:
             thread.join(30)
+    assert sorted(a.status for a in answers) == [200, 200] + [429] * 7
     eventually(lambda: ask(cluster, 2, "fly").status == 200, "the slots back after the runs")
     assert all(peak <= CAPACITY for peak in upstream_peak(cluster).values())
 

@@ -137,7 +137,12 @@ class SharedTokenLimiter:
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             self._jobs.append(_Job("admit", keys, args, future))
             self._kick.set()
-            out = await future  # cancelled: the charge is given back (_send)
+            try:
+                out = await future
+            except asyncio.CancelledError:  # the charge is given back, here or in _send
+                if future.done() and not future.cancelled():
+                    self._give_back(keys, args, future)
+                raise
         else:  # alone: one EVALSHA, no hop through the writer task
             out = await self._admit_now(keys, args)
         verdict, requests, tokens, reset_ms, window = out
@@ -282,7 +287,7 @@ class SharedTokenLimiter:
             await asyncio.sleep(self.renew_s)
             try:
                 await self.renew()
-            except REDIS_ERRORS as exc:
+            except (LimitsUnavailable, *REDIS_ERRORS) as exc:
                 log.warning("per-token limits: slots not renewed (%s)", type(exc).__name__)
 
     async def renew(self) -> None:
@@ -293,7 +298,11 @@ class SharedTokenLimiter:
         for token_ref, held in self._held.items():
             keys.append(self._keys(token_ref)[0])
             args += [len(held), *held]
-        await self._send([_Job("renew", keys, args)])
+        # Through the writer, in order with the settles: a slot freed meanwhile is not re-added.
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._jobs.append(_Job("renew", keys, args, future))
+        self._kick.set()
+        await future
 
 
 def _text(value: Any) -> str:
@@ -383,7 +392,8 @@ local expiry = now_ms(ARGV[2]) + ttl
 local i = 3
 for k = 1, #KEYS do
   local n = tonumber(ARGV[i])
-  for j = 1, n do redis.call('ZADD', KEYS[k], 'XX', expiry, ARGV[i + j]) end
+  -- Re-added if gone: after a Redis restarted empty, live slots count again.
+  for j = 1, n do redis.call('ZADD', KEYS[k], expiry, ARGV[i + j]) end
   i = i + n + 1
   redis.call('PEXPIRE', KEYS[k], ttl)
 end
