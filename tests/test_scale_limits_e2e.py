@@ -8,7 +8,6 @@ that Redis). Times printed as ``measured:`` feed docs/scale-out.md."""
 
 from __future__ import annotations
 
-import os
 import secrets
 import threading
 import time
@@ -21,22 +20,13 @@ import openai
 import pytest
 import redis
 
-from tests.support.cluster import Cluster, scale_out_redis_url
+from tests.support.cluster import Cluster, postgres_test_url, scale_out_marks, scale_out_redis_url
 from tests.support.processes import sha256_hex
 from tests.support.scale_failures import eventually, restart_edge, set_peak
 from tests.support.upstream_loop import Hold
 
-DATABASE = os.environ.get("IOP_TEST_DATABASE_URL", "")
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not DATABASE.startswith(("postgres://", "postgresql://")),
-        reason="needs PostgreSQL: set IOP_TEST_DATABASE_URL=postgresql://... (Edges share it)",
-    ),
-    pytest.mark.skipif(
-        scale_out_redis_url() is None, reason="scale-out needs Redis: set IOP_TEST_REDIS_URL"
-    ),
-]
+DATABASE = postgres_test_url()
+pytestmark = scale_out_marks()
 TTL_S = 2.0  # IOP_LEASE_TTL_S: leases, alive keys and the tokens' in-flight slots
 WINDOW_S = 3600  # IOP_RATE_LIMIT_WINDOW_S: a test crossing a window edge is told apart below
 CAPACITY = 2  # per provider; two providers

@@ -9,7 +9,6 @@ Runs when ``IOP_TEST_DATABASE_URL`` and ``IOP_TEST_REDIS_URL`` are set."""
 from __future__ import annotations
 
 import json
-import os
 import ssl
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,21 +22,12 @@ import redis
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from catalog.management.commands.iop_keys import write_pair
-from tests.support.cluster import Cluster, scale_out_redis_url
+from tests.support.cluster import Cluster, postgres_test_url, scale_out_marks, scale_out_redis_url
 from tests.support.managed import ISSUER_KEY_ID, ManagedKeys, mint_keys
 from tests.support.tls import Pki
 
-DATABASE = os.environ.get("IOP_TEST_DATABASE_URL", "")
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not DATABASE.startswith(("postgres://", "postgresql://")),
-        reason="needs PostgreSQL: set IOP_TEST_DATABASE_URL=postgresql://... (Edges share it)",
-    ),
-    pytest.mark.skipif(
-        scale_out_redis_url() is None, reason="scale-out needs Redis: set IOP_TEST_REDIS_URL"
-    ),
-]
+DATABASE = postgres_test_url()
+pytestmark = scale_out_marks()
 SECRET = "sk-scale-canary-7d41c09e5b"  # unique: searched for in every stream entry and log
 CAPACITY = 2
 NODES = ("node-1", "node-2")

@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from tests.support.cluster import scale_out_redis_url, with_database
-from tests.support.journeys import journey_blocks, source_checkout, wait_for
+from tests.support.journeys import journey_blocks, printed_json, source_checkout, wait_for
 from tests.support.ports import free_port
 from tests.support.processes import ROOT, Proc, sha256_hex
 from tests.support.upstream_loop import FakeUpstream
@@ -253,26 +253,15 @@ def test_the_scale_out_page_as_written_runs_three_edges_that_serve_one_pool(host
     revisions = {host.pool(edge)["revision"] for edge in ("edge-a", "edge-b", "edge-c")}
     assert len(revisions) == 1 and None not in revisions  # one revision for all three
     check = host.run("scale-check")
-    pool, health = host_json(check)
+    pool, health = printed_json(check)
     assert pool["revision"] in revisions and pool["providers"][0]["node_id"] == "gpu-1"
     assert health == {"status": "ok"}
     answer = None
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:  # a fresh prefix answers pool_recovering for one TTL
-        (answer,) = host_json(host.run("scale-request", {"TOKEN": token}))
+        (answer,) = printed_json(host.run("scale-request", {"TOKEN": token}))
         if answer.get("error", {}).get("code") != "pool_recovering":
             break
         time.sleep(0.2)
     assert answer is not None and answer["choices"][0]["message"]["content"], answer
     assert host.upstream.server.requests, "the request reached the upstream through the Node"
-
-
-def host_json(output: str) -> list[Any]:
-    """The JSON documents a block printed, in order."""
-    decoder = json.JSONDecoder()
-    found, index = [], output.find("{")
-    while index != -1:
-        value, end = decoder.raw_decode(output, index)
-        found.append(value)
-        index = output.find("{", end)
-    return found

@@ -34,6 +34,30 @@ def scale_out_redis_url() -> str | None:
     return os.environ.get("IOP_TEST_REDIS_URL") or None
 
 
+def postgres_test_url() -> str:
+    """``IOP_TEST_DATABASE_URL`` (the PostgreSQL server the Edges share), else ''."""
+    import os
+
+    return os.environ.get("IOP_TEST_DATABASE_URL", "")
+
+
+def scale_out_marks() -> list[Any]:
+    """The marks of an end-to-end scale-out test: slow, and skipped with the reason unless
+    PostgreSQL and Redis are named (``IOP_TEST_DATABASE_URL``, ``IOP_TEST_REDIS_URL``)."""
+    import pytest
+
+    return [
+        pytest.mark.slow,
+        pytest.mark.skipif(
+            not postgres_test_url().startswith(("postgres://", "postgresql://")),
+            reason="needs PostgreSQL: set IOP_TEST_DATABASE_URL=postgresql://... (Edges share it)",
+        ),
+        pytest.mark.skipif(
+            scale_out_redis_url() is None, reason="scale-out needs Redis: set IOP_TEST_REDIS_URL"
+        ),
+    ]
+
+
 def with_database(url: str, name: str) -> str:
     """``url`` (postgresql://...) naming database ``name`` instead."""
     parts = urlsplit(url)
