@@ -34,10 +34,12 @@ RPM = 6
 MAX_IN_FLIGHT = 2
 # A poll's own latency on a loaded 2-core machine, on top of the stated bound.
 POLL_SLACK_S = 1.0
-RAW = {"rpm": "rpm-" + secrets.token_urlsafe(24), "fly": "fly-" + secrets.token_urlsafe(24)}
+TPM = 100_000
+RAW = {name: f"{name}-" + secrets.token_urlsafe(24) for name in ("rpm", "fly", "tpm")}
 TOKENS = [
     {"token_ref": "tok-rpm", "principal_ref": "team-rpm", "rpm": RPM},
     {"token_ref": "tok-fly", "principal_ref": "team-fly", "max_in_flight": MAX_IN_FLIGHT},
+    {"token_ref": "tok-tpm", "principal_ref": "team-tpm", "tpm": TPM},
 ]
 
 
@@ -88,6 +90,7 @@ class Answer:
     status: int
     code: str
     headers: dict[str, str]
+    total_tokens: int = 0  # the usage the upstream reported (non-stream answers)
 
 
 def ask(cluster: Cluster, index: int, token: str, *, stream: bool = False) -> Answer:
@@ -110,7 +113,10 @@ def ask(cluster: Cluster, index: int, token: str, *, stream: bool = False) -> An
             if stream:
                 for _ in answer:  # type: ignore[union-attr]
                     pass
-            return Answer(raw.status_code, "", dict(raw.headers))
+                return Answer(raw.status_code, "", dict(raw.headers))
+            usage = answer.usage  # type: ignore[union-attr]
+            total = usage.total_tokens if usage is not None else 0
+            return Answer(raw.status_code, "", dict(raw.headers), total)
     except openai.APIStatusError as exc:
         code = str(exc.response.json().get("error", {}).get("code"))
         return Answer(exc.status_code, code, dict(exc.response.headers))
@@ -126,6 +132,16 @@ def redis_window(cluster: Cluster) -> int:
     finally:
         client.close()
     return int(seconds) // WINDOW_S
+
+
+def window_tokens(cluster: Cluster, token_ref: str) -> int:
+    """The tokens counted in the token's current window, read from Redis."""
+    client = redis.Redis.from_url(str(cluster.redis_url))
+    try:
+        value = client.hget(f"{cluster.redis_prefix}:lim:{token_ref}:win", "tok")
+    finally:
+        client.close()
+    return int(value or 0)
 
 
 def upstream_peak(cluster: Cluster) -> dict[str, int]:
@@ -171,6 +187,25 @@ def test_rpm_holds_across_three_edges_under_concurrent_requests_r_scale_6(cluste
     if windows == 1:
         assert remaining == list(range(RPM))  # each Edge saw the one global count
     assert all(peak <= CAPACITY for peak in upstream_peak(cluster).values())
+
+
+def test_tpm_counts_prompt_plus_completion_settled_across_edges_r_scale_6(cluster):
+    """R-SCALE-6: each request reserves its input estimate at admission; when it ends the
+    charge becomes the prompt plus completion tokens the upstream reported, so after two
+    requests on two Edges the token's window holds exactly their summed usage, and the
+    third request's headers count them."""
+    before = redis_window(cluster)
+    first = ask(cluster, 0, "tpm")
+    eventually(lambda: window_tokens(cluster, "tok-tpm") == first.total_tokens, "first settled")
+    second = ask(cluster, 1, "tpm")
+    used = first.total_tokens + second.total_tokens
+    eventually(lambda: window_tokens(cluster, "tok-tpm") == used, "both settled")
+    third = ask(cluster, 2, "tpm")
+    assert first.total_tokens > 0 and second.total_tokens > 0
+    if redis_window(cluster) == before:  # the window did not roll over meanwhile
+        remaining = int(third.headers["x-ratelimit-remaining-tokens"])
+        assert TPM - used - 64 < remaining < TPM - used  # less this request's own estimate
+    assert third.headers["x-ratelimit-limit-tokens"] == str(TPM)
 
 
 def test_max_in_flight_holds_across_edges_under_concurrent_streams_r_scale_6(cluster):
