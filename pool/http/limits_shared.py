@@ -4,9 +4,9 @@ R-SCALE-6 (docs/scale-out.md, "Per-token limits across Edges"). Scale-out only; 
 the in-memory ``TokenLimiter``. Every admission is one atomic script on Redis time, so the
 limits are exact across Edges: ``max_in_flight`` is a sorted set of slots, each expiring one
 TTL after its Edge last renewed it (a dead Edge's slots come back by themselves), and ``rpm`` /
-``tpm`` count per fixed window of Redis time. The end of a request is queued and sent by one
-writer task (the request never waits for it); ``tpm`` is settled to the real usage there, with
-the same rules as the in-memory limiter. No Django here.
+``tpm`` count per fixed window of Redis time. The end of a request is queued (the request
+never waits for it); ``tpm`` is settled to the real usage then, with the same rules as the
+in-memory limiter. No Django here.
 """
 
 from __future__ import annotations
@@ -57,9 +57,10 @@ class _Job:
 class SharedTokenLimiter:
     """``admit`` (one round trip) and ``finish`` (queued) against counters shared in Redis.
 
-    One writer task sends what is queued in one pipeline: admissions at once, the settles of
-    ended requests with the next admission or within ``SETTLE_DELAY_S``, so a steady stream of
-    requests costs one round trip each."""
+    An admission alone is one EVALSHA; admissions that come while one is on its way, the
+    settles of ended requests (sent with the next batch or within ``SETTLE_DELAY_S``) and
+    the renewals go in order through one writer task, one pipeline per batch. Measured in
+    docs/scale-out.md, "Per-token limits across Edges"."""
 
     def __init__(
         self,
