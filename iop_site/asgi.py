@@ -69,6 +69,7 @@ def build_application(runtime: EdgeRuntime | None) -> ASGIApp:
     openai_app = OpenAIApp(
         runtime,
         rate_window_s=settings.IOP_RATE_LIMIT_WINDOW_S,
+        tracing=runtime.tracing,
         shared_limits=runtime.shared_limits,  # scale-out (R-SCALE-6)
     )
     control_app = ControlApp(runtime)

@@ -22,7 +22,6 @@ import json
 import os
 import secrets
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "scripts")) if p not in sys.path]
 
-from bench_cells import BenchContext, epilogue  # noqa: E402
+from bench_cells import BenchContext, epilogue, run_alone  # noqa: E402
 from bench_client import WrkResult, cpu_seconds, run_wrk  # noqa: E402
 
 from tests.support import Stack, sha256_hex  # noqa: E402
@@ -249,42 +248,28 @@ def limits_epilogue(ctx: BenchContext) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--seconds", type=float, default=3.0, help="length of each wrk run")
-    parser.add_argument("--rounds", type=int, default=5, help="runs per token; medians count")
-    parser.add_argument("--json", help="also write the results to this file")
-    parser.add_argument("--concurrency", type=int, default=CONCURRENCY, help="wrk connections")
-    parser.add_argument("--scale", metavar="REDIS_URL", help="one Edge in scale-out mode")
-    parser.add_argument(
+    # The scale-out options (module docstring); the rest is every cell's own (run_alone).
+    extra = argparse.ArgumentParser(add_help=False)
+    extra.add_argument("--concurrency", type=int, default=CONCURRENCY)
+    extra.add_argument("--scale", metavar="REDIS_URL")
+    extra.add_argument(
         "--postgres",
         default=os.environ.get("IOP_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/x"),
-        help="with --scale: a PostgreSQL server URL (a new database is made and dropped)",
     )
-    args = parser.parse_args()
-    scale = (args.scale, args.postgres) if args.scale else None
+    known, sys.argv[1:] = extra.parse_known_args()
+    scale = (known.scale, known.postgres) if known.scale else None
     if scale is not None:
-        costs = shared_cost(args.scale)
+        costs = shared_cost(known.scale)
         print(
             "in process: in-memory limiter {:.2f} us; shared limiter c=1 {c1_wall_us:.0f} us wall "
             "{c1_cpu_us:.0f} us CPU, c=16 {c16_wall_us:.0f} us wall {c16_cpu_us:.0f} us CPU "
             "per request".format(check_cost_us(), **costs)
         )
-    upstream = subprocess.Popen(
-        [sys.executable, "scripts/bench_upstream.py"], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert upstream.stdout is not None
-        port = int(upstream.stdout.readline().strip())
-        result = measure(port, args.seconds, args.rounds, args.concurrency, scale)
-    finally:
-        upstream.terminate()
-        upstream.wait(10)
-    print(render(result))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
-    return 0
+
+    def measured(port: int, seconds: float, rounds: int) -> dict[str, Any]:
+        return measure(port, seconds, rounds, known.concurrency, scale)
+
+    return run_alone(__doc__ or "", measured, render, "token")
 
 
 if __name__ == "__main__":
