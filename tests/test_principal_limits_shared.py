@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from pool.http.limits import IN_FLIGHT_RETRY_S, RateLimited, TokenLimits
-from pool.http.limits_shared import LimitsUnavailable, SharedTokenLimiter
+from pool.http.limits import IN_FLIGHT_RETRY_S, LimitsUnavailable, RateLimited, TokenLimits
+from pool.http.limits_shared import SharedTokenLimiter
 from tests.support.processes import free_port
 from tests.support.redis_pool import REDIS_URL, drop_keys, needs_redis, new_prefix
 

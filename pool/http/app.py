@@ -20,8 +20,7 @@ from pool.http.auth import Caller
 from pool.http.body import ClientGone, read_body
 from pool.http.dispatch import dispatch
 from pool.http.errors import HttpError, model_not_found
-from pool.http.limits import RateLimited, Ticket, TokenLimiter
-from pool.http.limits_shared import LimitsUnavailable, SharedTokenLimiter
+from pool.http.limits import LimitsUnavailable, RateLimited, Ticket, TokenLimiter
 from pool.http.managed import Grant, RouteCredentials
 from pool.http.metrics import metrics_response, scrape_allowed
 from pool.http.operations import ENDPOINTS, Endpoint, ParsedRequest, Target, parse_request
@@ -33,6 +32,7 @@ from pool.translate.plan import translated_needs
 
 if TYPE_CHECKING:
     from obskit.otel import Tracing
+    from pool.http.limits_shared import SharedTokenLimiter  # scale-out only: loads redis
 
 log = logging.getLogger("iop.http")
 access = logging.getLogger("iop.access")  # one line per request when IOP_ACCESS_LOG is on

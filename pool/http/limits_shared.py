@@ -22,7 +22,14 @@ from typing import Any
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
-from pool.http.limits import IN_FLIGHT_RETRY_S, Quota, RateLimited, Ticket, TokenLimits
+from pool.http.limits import (
+    IN_FLIGHT_RETRY_S,
+    LimitsUnavailable,
+    Quota,
+    RateLimited,
+    Ticket,
+    TokenLimits,
+)
 from pool.http.limits_scripts import SCRIPTS
 
 log = logging.getLogger("iop.http")
@@ -30,10 +37,6 @@ log = logging.getLogger("iop.http")
 REDIS_ERRORS = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
 MAX_BATCH = 256  # jobs sent in one pipeline
 SETTLE_DELAY_S = 0.05  # an ended request's settle waits at most this for an admission to join
-
-
-class LimitsUnavailable(Exception):
-    """Redis did not answer the admission: the request gets 503 ``pool_unavailable``."""
 
 
 class SharedTicket(Ticket):
