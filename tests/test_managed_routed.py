@@ -45,8 +45,9 @@ def opened(node: LeaseCredentials, envelope: dict, run_id: str, generation: int)
         pid="glm-general",
         auth=wire.AuthPayload(type="header", header="X-Key", scheme=""),
     )
-    headers = node.headers(envelope, run_id=run_id, provider=provider, generation=generation)
-    return headers["X-Key"].encode()
+    secret = node.secret(envelope, run_id=run_id, provider=provider, generation=generation)
+    assert secret is not None
+    return secret.encode()
 
 
 def test_the_edge_holding_the_node_seals_the_grant_with_its_own_generation_r_scale_7(edges):
