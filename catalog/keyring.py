@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 FORMAT = "v1"
 KEY_BYTES = 32
 NONCE_BYTES = 12
+TAG_BYTES = 16
 MAX_KEYRING_BYTES = 64 * 1024
 
 
@@ -93,6 +94,8 @@ class Keyring:
             raise KeyringError(f"slot {slot_id!r}: the sealed value is malformed") from None
         if version != FORMAT:
             raise KeyringError(f"slot {slot_id!r}: unknown sealed format {version!r}")
+        if len(blob) < NONCE_BYTES + TAG_BYTES:  # a corrupted row: not even a nonce and a tag
+            raise KeyringError(f"slot {slot_id!r}: the sealed value is malformed")
         key = self._keys.get(key_id)
         if key is None:
             raise KeyringError(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,14 +14,14 @@ import yaml
 
 from catalog.keyring import new_keyring, write_private
 from tests.support.managed import managed_document, mint_keys
-from tests.support.processes import ROOT, child_env, free_port, migrated_template
+from tests.support.processes import ROOT, Proc, child_env, free_port, migrated_template
 from tests.support.tls import self_signed
 
 pytestmark = pytest.mark.slow
 
 
-def runedge(directory: Path, document: dict) -> subprocess.CompletedProcess[str]:
-    """``runedge --config`` on its own database, expected to exit at start."""
+def configure(directory: Path, document: dict) -> tuple[Path, dict[str, str]]:
+    """``edge.yaml`` with TLS and free ports, on its own database: (config, environment)."""
     cert, _ = self_signed(directory)
     tls = {"cert_file": str(cert), "key_file": str(directory / "key.pem")}
     document["edge"]["tls"] = document["openai"]["tls"] = tls
@@ -30,8 +31,15 @@ def runedge(directory: Path, document: dict) -> subprocess.CompletedProcess[str]
     config = directory / "edge.yaml"
     config.write_text(yaml.safe_dump(document))
     database = directory / "edge.sqlite3"
-    shutil.copyfile(migrated_template(), database)
+    if not database.exists():
+        shutil.copyfile(migrated_template(), database)
     env = child_env({"DATABASE_URL": f"sqlite:///{database}", "IOP_VAR_DIR": str(directory)})
+    return config, env
+
+
+def runedge(directory: Path, document: dict) -> subprocess.CompletedProcess[str]:
+    """``runedge --config`` on its own database, expected to exit at start."""
+    config, env = configure(directory, document)
     return subprocess.run(
         [sys.executable, "manage.py", "runedge", "--config", str(config)],
         cwd=ROOT,
@@ -66,3 +74,47 @@ def test_runedge_refuses_a_managed_key_file_that_does_not_load_r_auth_4(
     assert message.format(path=path) in done.stderr
     assert "IOP Edge ready" not in done.stdout
     assert key_text not in done.stderr + done.stdout
+
+
+def test_a_refused_start_never_becomes_the_active_revision_r_cfg_14(tmp_path: Path):
+    """R-CFG-14: an Edge started once on a valid managed config (revision 1 active); then
+    a changed config whose keyring does not load: the start is refused, no log line says
+    a revision "is now active" for it, and ``export --revision active`` still prints the
+    first document."""
+    keys = mint_keys(tmp_path / "keys", "n1")
+    keyring = tmp_path / "keyring.json"
+    write_private(keyring, new_keyring("k1").dump())
+    first = managed_document(keys, keyring)
+    config, env = configure(tmp_path, first)
+    edge = Proc(
+        "edge",
+        [sys.executable, "manage.py", "runedge", "--config", str(config)],
+        env,
+        tmp_path / "edge.log",
+    )
+    edge.start()
+    try:
+        deadline = time.monotonic() + 60
+        while "IOP Edge ready" not in edge.log.read_text(errors="replace"):
+            assert edge.alive() and time.monotonic() < deadline, edge.log.read_text()
+            time.sleep(0.05)
+    finally:
+        edge.stop()
+    assert "revision 1 is now active" in edge.log.read_text()
+    second = yaml.safe_load(config.read_text())
+    second["provider_pool"]["max_queue"] = 7
+    keyring.write_text("-----BEGIN NONSENSE-----\n")
+    done = runedge(tmp_path, second)
+    assert done.returncode != 0
+    assert "managed mode cannot start: credential_plane.keyring_file" in done.stderr
+    assert "is now active" not in done.stderr + done.stdout
+    export = subprocess.run(
+        [sys.executable, "manage.py", "iop_config", "export", "--revision", "active"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert yaml.safe_load(export.stdout)["provider_pool"]["max_queue"] == 4
