@@ -121,10 +121,38 @@ def new_keyring(key_id: str) -> Keyring:
     return Keyring({key_id: secrets.token_bytes(KEY_BYTES)})
 
 
-def write_private(path: str | Path, text: str) -> None:
-    """Write a secret file readable by its owner only (0600), never wider even briefly."""
+def write_private(path: str | Path, text: str, *, replace: bool = False) -> None:
+    """Write a secret file readable by its owner only (0600, never wider even briefly), crash
+    safe (R-MGD-8): the text goes to a new file beside ``path`` (exclusive create, no
+    symlink followed), is fsynced, then takes ``path``'s name in one step and the directory
+    is fsynced. A crash or a full disk at any point leaves ``path`` as it was, or complete.
+
+    Without ``replace`` an existing ``path`` (or a symlink there) is never overwritten
+    (``FileExistsError``); with it, ``path`` is replaced whole (``os.replace``)."""
     path = Path(path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.chmod(path, 0o600)
+    directory = path.parent
+    temp = directory / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if replace:
+            os.replace(temp, path)
+        else:
+            os.link(temp, path)  # fails if anything, a symlink included, has the name
+            temp.unlink()
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    _fsync_directory(directory)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (POSIX: the entry lives in the directory)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -97,10 +97,13 @@ def set_slot(slot_id: str, profile: str, secret: bytes, keyring: Keyring) -> Cre
 
 def init_keyring(path: str, key_id: str) -> None:
     """A new keyring file with one key, 0600; an existing file is never overwritten."""
+    exists = CredentialError(f"{path} exists; use iop_keyring rotate to add a key")
     if Path(path).exists():
-        raise CredentialError(f"{path} exists; use iop_keyring rotate to add a key")
+        raise exists
     try:
         write_private(path, new_keyring(key_id).dump())
+    except FileExistsError:
+        raise exists from None
     except (KeyringError, OSError) as exc:
         raise CredentialError(f"cannot write the keyring {path}: {exc}") from None
 
@@ -108,8 +111,10 @@ def init_keyring(path: str, key_id: str) -> None:
 def rotate_keyring(path: str, key_id: str) -> int:
     """Add a key (the newest) and re-seal every slot with it in one transaction (R-MGD-2).
 
-    The file is written first, holding every old key too: if re-sealing fails, the slots
-    still open with the key they were sealed under. Returns how many slots were re-sealed."""
+    The file is written first, holding every old key too, and replaced whole (R-MGD-8: a
+    crash or a full disk leaves the old file or the new one, never a part): if re-sealing
+    fails, the slots still open with the key they were sealed under. Returns how many slots
+    were re-sealed."""
     keyring = load_keyring(path)
     try:
         rotated = keyring.with_new_key(key_id)
@@ -123,7 +128,10 @@ def rotate_keyring(path: str, key_id: str) -> int:
                 opened.append((slot, rotated.open(slot.sealed, slot.key)))
             except KeyringError as exc:
                 raise CredentialError(f"nothing rotated: {exc}") from None
-        write_private(path, rotated.dump())
+        try:
+            write_private(path, rotated.dump(), replace=True)
+        except OSError as exc:
+            raise CredentialError(f"nothing rotated: cannot write {path}: {exc.strerror}") from None
         for slot, secret in opened:
             slot.sealed = rotated.seal(secret, slot.key)
             slot.save(update_fields=["sealed", "updated_at"])
