@@ -61,10 +61,10 @@ def _check_id(kind: str, value: str) -> None:
         raise CredentialError(f"{kind} id {value!r} must be 1-100 letters, digits, '.', '_' or '-'")
 
 
-def set_slot(slot_id: str, profile: str, secret: bytes, keyring: Keyring) -> CredentialSlot:
-    """Create or replace a slot's secret; its credential revision goes up by one (R-MGD-2).
-
-    A slot's profile family is fixed once routes use it (R-MGD-6)."""
+def check_slot(slot_id: str, profile: str, secret: bytes, snapshot: EdgeSnapshot) -> bytes:
+    """Everything a slot save checks before it writes: the id, the secret (non-empty UTF-8
+    text of at most 16 KiB once surrounding whitespace is dropped) and the profile. Returns
+    the secret as stored; ``CredentialError`` names what is wrong, never the secret."""
     _check_id("slot", slot_id)
     secret = secret.strip()
     if not secret:
@@ -74,11 +74,22 @@ def set_slot(slot_id: str, profile: str, secret: bytes, keyring: Keyring) -> Cre
     except UnicodeDecodeError:
         raise CredentialError(f"slot {slot_id!r}: the secret is not UTF-8 text") from None
     if len(secret) > MAX_SECRET_BYTES:
-        raise CredentialError(f"slot {slot_id!r}: the secret is larger than {MAX_SECRET_BYTES}")
-    snapshot = catalog_snapshot()
-    family = snapshot.profile_family(profile)
-    if family is None:
+        raise CredentialError(
+            f"slot {slot_id!r}: the secret is larger than {MAX_SECRET_BYTES} bytes (UTF-8)"
+        )
+    if snapshot.profile_family(profile) is None:
         raise CredentialError(f"slot {slot_id!r}: unknown profile {profile!r}")
+    return secret
+
+
+def set_slot(slot_id: str, profile: str, secret: bytes, keyring: Keyring) -> CredentialSlot:
+    """Create or replace a slot's secret; its credential revision goes up by one (R-MGD-2).
+
+    A slot's profile family is fixed once routes use it (R-MGD-6)."""
+    _check_id("slot", slot_id)
+    snapshot = catalog_snapshot()
+    secret = check_slot(slot_id, profile, secret, snapshot)
+    family = snapshot.profile_family(profile)
     with transaction.atomic():
         slot = CredentialSlot.objects.select_for_update().filter(key=slot_id).first()
         if slot is None:
