@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 
 from catalog.config import EdgeSnapshot, KeyFile
 from catalog.keyring import Keyring, KeyringError
-from nodes.envelope import Binding, KeyFileError, issue, load_key
+from nodes.envelope import Binding, EphemeralKeys, KeyFileError, issue, load_key
 from pool.http.auth import Headers, presented_token
 from pool.http.errors import HttpError, model_not_found
 from pool.http.route_table import Grant, RouteTable, SlotUse, read_route_table, table_version
@@ -64,6 +64,7 @@ class ManagedKeys:
         self.issuer = issuer
         self.keyring_file = keyring_file
         self.recipients = recipients  # node id -> (key id, X25519 public key)
+        self.ephemeral = EphemeralKeys()  # R-MGD-12: one key agreement per Node per minute
         self.table = RouteTable("", {}, keyring)
 
     @classmethod
@@ -154,6 +155,7 @@ class ManagedPlane:
             if slot is None or recipient is None:
                 raise HttpError("credential_unavailable", "the provider has no credential")
             secret = _unseal(grant.keyring, slot)
+            now = self._clock()
             binding = Binding(
                 run_id=run_id,
                 node_id=node_id,
@@ -170,8 +172,9 @@ class ManagedPlane:
                 recipient=recipient[1],
                 issuer_key_id=self.keys.issuer_id,
                 issuer=self.keys.issuer,
-                now=self._clock(),
+                now=now,
                 ttl_s=self._ttl_s,
+                shared=self.keys.ephemeral.for_recipient(recipient[0], recipient[1], now),
             )
 
         return seal
