@@ -305,7 +305,8 @@ class Cluster(Stack):
                 handle.proc.stop()
         for upstream in self.upstreams.values():
             upstream.stop()
-        self._drop_redis_keys()
+        if self._created:  # once: a second stop (atexit) may find the Redis gone
+            self._drop_redis_keys()
         self._drop_database()
 
     def logs(self) -> str:
