@@ -33,7 +33,7 @@ class KeyringError(Exception):
 class Keyring:
     """Key id -> AES-256-GCM key; the last one seals."""
 
-    __slots__ = ("_keys", "newest")
+    __slots__ = ("_aead", "_keys", "newest")
 
     def __init__(self, keys: Mapping[str, bytes]) -> None:
         if not keys:
@@ -44,6 +44,7 @@ class Keyring:
                     f"keyring key {key_id!r} must be a 32-byte key under an id without ':'"
                 )
         self._keys = dict(keys)
+        self._aead = {key_id: AESGCM(key) for key_id, key in self._keys.items()}  # built once
         self.newest = next(reversed(self._keys))
 
     @property
@@ -83,7 +84,7 @@ class Keyring:
 
     def seal(self, plaintext: bytes, slot_id: str) -> str:
         nonce = os.urandom(NONCE_BYTES)
-        sealed = AESGCM(self._keys[self.newest]).encrypt(nonce, plaintext, slot_id.encode())
+        sealed = self._aead[self.newest].encrypt(nonce, plaintext, slot_id.encode())
         return f"{FORMAT}:{self.newest}:{base64.b64encode(nonce + sealed).decode()}"
 
     def open(self, token: str, slot_id: str) -> bytes:
@@ -96,13 +97,13 @@ class Keyring:
             raise KeyringError(f"slot {slot_id!r}: unknown sealed format {version!r}")
         if len(blob) < NONCE_BYTES + TAG_BYTES:  # a corrupted row: not even a nonce and a tag
             raise KeyringError(f"slot {slot_id!r}: the sealed value is malformed")
-        key = self._keys.get(key_id)
-        if key is None:
+        aead = self._aead.get(key_id)
+        if aead is None:
             raise KeyringError(
                 f"slot {slot_id!r} is sealed under key {key_id!r}, not in the keyring"
             )
         try:
-            return AESGCM(key).decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], slot_id.encode())
+            return aead.decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], slot_id.encode())
         except InvalidTag:
             raise KeyringError(
                 f"slot {slot_id!r}: the sealed value does not open (tampered or moved)"
