@@ -32,10 +32,15 @@ Checked = TypeVar("Checked")
 
 def startup_snapshot(config_file: str | None) -> EdgeSnapshot:
     """The snapshot to start with; raise ConfigError (every issue by path) when it is invalid."""
-    return startup_revision(config_file, lambda snapshot: snapshot)[0]
+    return startup_revision(config_file)[0]
 
 
-def startup_revision(
+def startup_revision(config_file: str | None) -> tuple[EdgeSnapshot, int]:
+    """The snapshot to start with and the id of its (now active) revision."""
+    return checked_start(config_file, lambda snapshot: snapshot)
+
+
+def checked_start(
     config_file: str | None, check: Callable[[EdgeSnapshot], Checked]
 ) -> tuple[Checked, int]:
     """``check``'s result for the snapshot to start with, and the id of its (now active)

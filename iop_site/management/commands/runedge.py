@@ -39,7 +39,7 @@ class Command(BaseCommand):
         from iop_site.edge_local import EdgeLocal, LocalSettingError
         from iop_site.server import ListenError, StartError, serve
         from iop_site.tls import TLSFileError
-        from refresh.startup import startup_revision
+        from refresh.startup import checked_start
 
         try:
             local = EdgeLocal.from_settings(
@@ -58,7 +58,7 @@ class Command(BaseCommand):
         try:
             # R-CFG-14: every check that can refuse the start runs on the snapshot the start
             # would activate, before the revision is committed; a refusal records nothing.
-            start, revision = startup_revision(
+            start, revision = checked_start(
                 options.get("config"), lambda snapshot: start_checks(local, database, snapshot)
             )
         except ConfigError as exc:
