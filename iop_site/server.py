@@ -67,8 +67,8 @@ def ports_in_use(listeners: list[Listener]) -> list[str]:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Twisted binds
             try:
                 probe.bind((host, listener.listen.port))
-            except OSError:
-                busy.append(f"{listener.role}.listen {listener.listen}")
+            except OSError as exc:
+                busy.append(f"{listener.role}.listen {listener.listen}: {exc.strerror}")
     return busy
 
 

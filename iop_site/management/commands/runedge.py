@@ -147,7 +147,7 @@ def start_checks(local: Any, database: str, snapshot: Any) -> Start:
     busy = ports_in_use(endpoints.listeners)
     if busy:
         raise CommandError(
-            f"the Edge cannot listen on {', '.join(busy)} (is another Edge already running on "
-            "these ports? stop it, or change the listen addresses in the config)"
+            f"the Edge cannot listen ({'; '.join(busy)}): is another Edge already running on "
+            "these ports? stop it, or change the listen addresses in the config"
         )
     return Start(snapshot, edge_id, endpoints, managed_keys)
