@@ -9,36 +9,29 @@ used at once (``catalog.credential_signals``). docs/credentials.md.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from channels.db import database_sync_to_async
 
+from iop_site.companion import TaskCompanion
 from pool.http.managed import ManagedKeys
 
 log = logging.getLogger("iop.http")
 
 
-class CredentialWatcher:
+class CredentialWatcher(TaskCompanion):
     """Polls the route/slot version and swaps in a rebuilt table (a runtime companion)."""
 
+    task_name = "credential-watcher"
+
     def __init__(self, keys: ManagedKeys, *, poll_s: float) -> None:
+        super().__init__()
         self.keys = keys
         self.poll_s = poll_s
         self._refresh = database_sync_to_async(keys.refresh)
-        self._task: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
-        if self._task is None:
-            await self._refresh()  # the first table before the Edge says it is ready
-            self._task = asyncio.create_task(self._run(), name="credential-watcher")
-
-    async def aclose(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    async def _first(self) -> None:
+        await self._refresh()  # the table is current before the Edge says it is ready
 
     async def _run(self) -> None:
         while True:

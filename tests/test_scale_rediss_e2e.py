@@ -6,24 +6,16 @@ the server's certificate does not start."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import Cluster
+from tests.support.cluster import DATABASE, Cluster, needs_postgres
 from tests.support.redis_pool import OwnRedis, RedisStartError
 from tests.support.tls import Pki
 
-DATABASE = os.environ.get("IOP_TEST_DATABASE_URL", "")
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not DATABASE.startswith(("postgres://", "postgresql://")),
-        reason="needs PostgreSQL: set IOP_TEST_DATABASE_URL=postgresql://... (Edges share it)",
-    ),
-]
+pytestmark = [pytest.mark.slow, needs_postgres]
 
 
 @pytest.fixture(scope="module")
