@@ -62,6 +62,14 @@ CONTROL_CONTENT_TYPES = frozenset(
 )
 
 
+def _refresh_type_body() -> dict[str, Any]:
+    return error_body(
+        "unsupported_media_type",
+        "POST /refresh takes Content-Type application/yaml, application/x-yaml, text/yaml or "
+        "application/json",
+    )
+
+
 def content_type(headers: HeaderList) -> str:
     """The media type of the Content-Type header, lower-case, without parameters ("" if none)."""
     value = header(headers, b"content-type")
@@ -162,3 +170,6 @@ def header(headers: HeaderList, name: bytes) -> bytes | None:
         if key.lower() == name:
             return value
     return None
+
+
+UNSUPPORTED_REFRESH_BODY = _refresh_type_body()  # R-CTL-1: the 415 of POST /refresh

@@ -21,6 +21,7 @@ from asgiref.sync import sync_to_async
 from catalog.config import ConfigError, parse_text
 from edgekit.http import (
     CONTROL_CONTENT_TYPES,
+    UNSUPPORTED_REFRESH_BODY,
     BadContentLength,
     BodyTooLarge,
     ClientGone,
@@ -60,15 +61,7 @@ async def handle_refresh(
         )
         return
     if content_type(scope.get("headers", ())) not in CONTROL_CONTENT_TYPES:  # R-CTL-1
-        await send_json(
-            send,
-            415,
-            error_body(
-                "unsupported_media_type",
-                "POST /refresh takes Content-Type application/yaml, application/x-yaml, "
-                "text/yaml or application/json",
-            ),
-        )
+        await send_json(send, 415, UNSUPPORTED_REFRESH_BODY)
         return
     query = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
     mode = query.get("mode", "")

@@ -97,7 +97,9 @@ def serve(
     from iop_site import twisted_guards
 
     twisted_guards.install(
-        max_body_bytes=snapshot.max_request_bytes, header_timeout_s=snapshot.header_timeout_s
+        max_body_bytes=snapshot.max_request_bytes,
+        header_timeout_s=snapshot.header_timeout_s,
+        control_port=snapshot.admin_listen.port,
     )
 
     from django.conf import settings
