@@ -23,7 +23,7 @@ from django.db.backends.utils import CursorWrapper
 from catalog.config import load_snapshot
 from catalog.documents import document_to_catalog
 from catalog.keyring import Keyring, new_keyring
-from catalog.models import CredentialSlot
+from catalog.models import CredentialSlot, Route
 from catalog.slots import create_route, set_slot
 from edgekit.running import attach_runtime
 from nodes import wire
@@ -291,3 +291,21 @@ async def test_a_sealed_value_shorter_than_its_nonce_answers_503_naming_the_slot
     assert error["code"] == "credential_unavailable" and "'general'" in error["message"]
     assert "slot 'general': the sealed value is malformed" in caplog.text
     assert edge.node.runs == [] and edge.idle()
+
+
+async def test_a_route_disabled_or_deleted_in_process_stops_its_key_at_once_r_mgd_12(edge):
+    """R-MGD-12: a save in the Edge's own process (the admin's) rebuilds the route table on
+    commit: the disabled route's key is refused by the very next request, the enabled one
+    works again, a deleted one is gone."""
+    assert (await edge.call().done()).status == 200
+    route = await Route.objects.aget(key="team-a")
+    route.enabled = False
+    await sync_to_async(route.save)()
+    refused = await edge.call().done()
+    assert refused.status == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+    route.enabled = True
+    await sync_to_async(route.save)()
+    assert (await edge.call().done()).status == 200
+    await sync_to_async(route.delete)()
+    assert (await edge.call().done()).status == 401
+    assert edge.runtime.managed_keys.table.status()["routes"] == 0

@@ -76,12 +76,17 @@ class RouteTable:
 def table_version() -> str:
     """A cheap fingerprint of the route and slot rows (three aggregate queries): it changes
     whenever a route, a binding or a slot is added, removed, edited or re-sealed."""
-    from django.db.models import Count, Max, Sum
+    from django.db.models import Count, Max, Q, Sum
 
     from catalog.models import CredentialSlot, Route, RouteSlot
 
     parts = (
-        Route.objects.aggregate(n=Count("id"), top=Max("id"), rev=Sum("revision")),
+        Route.objects.aggregate(
+            n=Count("id"),
+            on=Count("id", filter=Q(enabled=True)),
+            top=Max("id"),
+            rev=Sum("revision"),
+        ),
         RouteSlot.objects.aggregate(n=Count("id"), top=Max("id")),
         CredentialSlot.objects.aggregate(
             n=Count("id"), at=Max("updated_at"), rev=Sum("credential_revision")
