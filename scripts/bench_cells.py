@@ -29,7 +29,13 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 # Modules whose import registers more suites or checks (each one: scripts/<name>.py).
-SUITE_MODULES: tuple[str, ...] = ("bench_tls", "bench_limits", "bench_gate", "bench_scale")
+SUITE_MODULES: tuple[str, ...] = (
+    "bench_tls",
+    "bench_limits",
+    "bench_managed",
+    "bench_gate",
+    "bench_scale",
+)
 BODIES = {
     "json": {"model": "bench", "messages": [{"role": "user", "content": "ping"}]},
     "stream": {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "ping"}]},
