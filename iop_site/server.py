@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from catalog.config import EdgeSnapshot
 from nodes import wire
+from obskit.otel import TracingConfigError, start_tracing
 
 if TYPE_CHECKING:
     from iop_site.tls import Endpoints, Listener
@@ -134,6 +135,10 @@ def serve(
 
         poll_s = settings.IOP_SCALE.revision_poll_s
         runtime.companions.append(CredentialWatcher(managed_keys, poll_s=poll_s))
+    try:  # R-OBS-2: only when OTEL_* asks for traces; otherwise nothing of the SDK loads
+        runtime.tracing = start_tracing("iop-edge")
+    except TracingConfigError as exc:
+        raise StartError([str(exc)]) from None
     attach_runtime(runtime)
     server = EdgeServer(
         build_application(runtime),
@@ -151,7 +156,11 @@ def serve(
         verbosity=0,
     )
     settle_heap()  # the collector's pauses were the long tail (docs/performance.md)
-    server.run()
+    try:
+        server.run()
+    finally:
+        if runtime.tracing is not None:
+            runtime.tracing.shutdown()  # bounded: a hanging collector does not hold the exit
     if server.listen_failures:
         raise ListenError(server.listen_failures)
     if server.start_failures:

@@ -4,11 +4,15 @@ config; the flags win over IOP_EDGE_ID / IOP_*_LISTEN (docs/configuration.md).""
 
 from __future__ import annotations
 
+import io
+import logging
 import sys
 from dataclasses import dataclass
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
+
+from obskit.logs import announce
 
 
 class Command(BaseCommand):
@@ -31,8 +35,47 @@ class Command(BaseCommand):
                 f"else the config's {role}.listen)",
             )
 
+    def execute(self, *args: Any, **options: Any) -> Any:
+        from django.conf import settings
+
+        try:
+            return super().execute(*args, **options)
+        except CommandError as exc:
+            if settings.LOG_FORMAT != "json":
+                raise
+            # R-OBS-4: even the reason the Edge did not start is one JSON line
+            logging.getLogger("iop.edge").error("%s", exc)
+            sys.exit(1)
+
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        """Django's system checks; in JSON mode what they would print is one log line."""
+        from django.conf import settings
+
+        if settings.LOG_FORMAT != "json":
+            super().check(*args, **kwargs)
+            return
+        out, err = io.StringIO(), io.StringIO()
+        self.stdout, self.stderr = OutputWrapper(out), OutputWrapper(err)
+        try:
+            super().check(*args, **kwargs)
+        finally:
+            self.stdout, self.stderr = OutputWrapper(sys.stdout), OutputWrapper(sys.stderr)
+            for level, text in ((logging.INFO, out.getvalue()), (logging.WARNING, err.getvalue())):
+                if text.strip():
+                    logging.getLogger("iop.edge").log(level, "%s", text.strip())
+
     def handle(self, *args: Any, **options: Any) -> None:
         from django.conf import settings
+
+        self._start(settings, options)
+
+    def _say(self, settings: Any, text: str) -> None:
+        if settings.LOG_FORMAT == "json":
+            logging.getLogger("iop.edge").error("%s", text)
+        else:
+            self.stderr.write(text)
+
+    def _start(self, settings: Any, options: dict[str, Any]) -> None:
 
         from catalog.config import ConfigError
         from iop_site import scale
@@ -63,19 +106,18 @@ class Command(BaseCommand):
             )
         except ConfigError as exc:
             for issue in exc.issues:
-                self.stderr.write(str(issue))
+                self._say(settings, str(issue))
             raise CommandError(f"invalid config: {len(exc.issues)} error(s)") from None
         snapshot = start.snapshot
         names = " ".join(f"{it.role}={it.url()}" for it in start.endpoints.listeners)
         if snapshot.openai_tls is not None and not settings.IOP_HTTPS:
-            self.stderr.write(
-                "warning: openai.tls is on but IOP_HTTPS is not set: the admin's session and "
+            logging.getLogger("iop.edge").warning(
+                "openai.tls is on but IOP_HTTPS is not set: the admin's session and "
                 "CSRF cookies are not marked Secure and no HSTS is sent (docs/configuration.md)"
             )
 
-        def ready() -> None:
-            sys.stdout.write(f"IOP Edge ready: {names}\n")  # R-TLS-1: https:// and wss://
-            sys.stdout.flush()
+        def ready() -> None:  # R-TLS-1: https:// and wss://; R-OBS-4: JSON with LOG_FORMAT=json
+            announce(settings.LOG_FORMAT, "iop.edge", f"IOP Edge ready: {names}", sys.stdout)
 
         try:
             serve(
@@ -90,7 +132,7 @@ class Command(BaseCommand):
             raise CommandError(f"cannot start: {exc}") from None
         except ListenError as exc:
             for failure in exc.failures:
-                self.stderr.write(failure)
+                self._say(settings, failure)
             raise CommandError(
                 "the Edge cannot listen (is another Edge already running on these ports? "
                 "stop it, or change the listen addresses in the config)"
@@ -140,6 +182,13 @@ def start_checks(local: Any, database: str, snapshot: Any) -> Start:
             managed_keys = ManagedKeys.load(snapshot)  # R-MGD-7: the one read of the key files
         except KeyFileError as exc:
             raise CommandError(f"managed mode cannot start: {exc}") from None
+    from obskit.otel import TracingConfigError, check_environment, tracing_requested
+
+    if tracing_requested():
+        try:
+            check_environment()  # R-OBS-2: an OTEL_* value the Edge cannot honour
+        except TracingConfigError as exc:
+            raise CommandError(f"cannot start: {exc}") from None
     try:
         endpoints = Endpoints(listeners(snapshot))  # R-TLS-1: the TLS files, read now
     except TLSFileError as exc:
