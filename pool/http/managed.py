@@ -21,10 +21,11 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 
 from catalog.config import EdgeSnapshot, KeyFile
 from catalog.keyring import Keyring, KeyringError
-from nodes.envelope import Binding, EphemeralKeys, KeyFileError, issue, load_key
+from nodes.envelope import Binding, EphemeralKeys, KeyFileError, KeyFileExposed, issue, load_key
 from pool.http.auth import Headers, presented_token
 from pool.http.errors import HttpError, model_not_found
 from pool.http.route_table import Grant, RouteTable, SlotUse, read_route_table, table_version
+from secretref.keyfiles import PrivateFileError, check_private
 
 __all__ = ["Grant", "ManagedKeys", "ManagedPlane", "RouteCredentials", "SlotUse"]
 
@@ -43,9 +44,14 @@ def load_recipient_key(node_id: str, key: KeyFile) -> X25519PublicKey:
 
 def load_keyring(path: str) -> Keyring:
     try:
-        return Keyring.load(path)
+        keyring = Keyring.load(path)
     except KeyringError as exc:
         raise KeyFileError(f"credential_plane.keyring_file: {exc}") from None
+    try:  # R-TLS-5: key material others can read is refused at start, with the fix
+        check_private(path, "credential_plane.keyring_file")
+    except PrivateFileError as exc:
+        raise KeyFileExposed(str(exc)) from None
+    return keyring
 
 
 class ManagedKeys:
