@@ -321,7 +321,7 @@ def test_managed_mode_refuses_to_start_without_tls_or_with_an_unreadable_key_r_m
 
 
 def _route(managed: Managed, route: str, model: str, binding: str) -> str:
-    out = managed.stack.manage(
+    out = managed.changing(  # R-MGD-12: in force once the Edge's route table has it
         "iop_route", "create", route, "--model", model, "--slot", binding, "--json"
     )
     return str(json.loads(out)["key"])
@@ -331,8 +331,8 @@ def test_an_ollama_provider_gets_its_slot_secret_as_its_auth_header_r_mgd_11(man
     """R-MGD-11: the built-in ollama profile sends no credential of its own; a managed run's
     slot secret goes upstream as `Authorization: Bearer`, for that run only."""
     stack = managed.stack
-    stack.manage("iop_slot", "set", "ollama-main", "--profile", "ollama",
-                 stdin=OLLAMA_SECRET.encode())  # fmt: skip
+    managed.changing("iop_slot", "set", "ollama-main", "--profile", "ollama",
+                     stdin=OLLAMA_SECRET.encode())  # fmt: skip
     key = _route(managed, "team-local", "local", "ollama-1=ollama-main")
     stack.reset_upstreams()
     reply = json.loads(managed.chat(model="local", key=key))
@@ -349,7 +349,7 @@ def test_a_cli_provider_gets_its_slot_secret_in_its_named_environment_variable_r
     """R-MGD-11: the slot secret reaches the program in `credential_env`, never in argv, and
     the program sees nothing else of the Node's environment (R-TLS-3)."""
     stack = managed.stack
-    stack.manage("iop_slot", "set", "tool-main", "--profile", "cli", stdin=TOOL_SECRET.encode())
+    managed.changing("iop_slot", "set", "tool-main", "--profile", "cli", stdin=TOOL_SECRET.encode())
     key = _route(managed, "team-tool", "tool", "tool-1=tool-main")
     reply = json.loads(managed.chat(model="tool", key=key))
     assert reply["choices"][0]["message"]["content"] == "hi"
