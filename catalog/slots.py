@@ -15,8 +15,9 @@ from django.db import transaction
 
 from catalog.config import ConfigError, EdgeSnapshot
 from catalog.documents import validate_catalog
-from catalog.keyring import Keyring, KeyringError, new_keyring, write_private
+from catalog.keyring import Keyring, KeyringError, new_keyring
 from catalog.models import CredentialSlot, Route, RouteSlot
+from secretref.keyfiles import PrivateFileError, create_private, replace_private
 
 ROUTE_KEY_PREFIX = "iop_route_"
 MAX_SECRET_BYTES = 16 * 1024
@@ -109,13 +110,11 @@ def set_slot(slot_id: str, profile: str, secret: bytes, keyring: Keyring) -> Cre
 def init_keyring(path: str, key_id: str) -> None:
     """A new keyring file with one key, 0600; an existing file is never overwritten."""
     exists = CredentialError(f"{path} exists; use iop_keyring rotate to add a key")
-    if Path(path).exists():
+    if Path(path).exists() or Path(path).is_symlink():
         raise exists
     try:
-        write_private(path, new_keyring(key_id).dump())
-    except FileExistsError:
-        raise exists from None
-    except (KeyringError, OSError) as exc:
+        create_private(path, new_keyring(key_id).dump().encode())
+    except (KeyringError, PrivateFileError) as exc:
         raise CredentialError(f"cannot write the keyring {path}: {exc}") from None
 
 
@@ -140,9 +139,9 @@ def rotate_keyring(path: str, key_id: str) -> int:
             except KeyringError as exc:
                 raise CredentialError(f"nothing rotated: {exc}") from None
         try:
-            write_private(path, rotated.dump(), replace=True)
-        except OSError as exc:
-            raise CredentialError(f"nothing rotated: cannot write {path}: {exc.strerror}") from None
+            replace_private(path, rotated.dump().encode())
+        except PrivateFileError as exc:
+            raise CredentialError(f"nothing rotated: {exc}") from None
         for slot, secret in opened:
             slot.sealed = rotated.seal(secret, slot.key)
             slot.save(update_fields=["sealed", "updated_at"])

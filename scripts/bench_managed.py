@@ -54,13 +54,14 @@ def _setup(directory: Path) -> None:
 def _documents(directory: Path) -> tuple[dict[str, Any], dict[str, Any], str, Any]:
     """(managed document, the same document in legacy mode, route key, managed keys)."""
     from catalog.documents import document_to_catalog
-    from catalog.keyring import new_keyring, write_private
+    from catalog.keyring import new_keyring
     from catalog.slots import create_route, set_slot
+    from secretref.keyfiles import create_private
     from tests.support.managed import managed_document, mint_keys
 
     keys = mint_keys(directory / "keys", "n1")
     keyring = directory / "keyring.json"
-    write_private(keyring, new_keyring("k1").dump())
+    create_private(keyring, new_keyring("k1").dump().encode())
     managed = managed_document(keys, keyring)
     managed["provider_pool"]["max_queue"] = 64
     document_to_catalog(managed)

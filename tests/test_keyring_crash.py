@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from catalog.keyring import Keyring, new_keyring, write_private
+from catalog.keyring import Keyring, new_keyring
+from secretref.keyfiles import PrivateFileError, create_private
 from tests.support.processes import ROOT, child_env, migrated_template
 
 # Run inside ``manage.py shell``: make the process die (SIGKILL: no cleanup, like a power
@@ -62,7 +63,7 @@ def test_a_rotation_killed_mid_write_or_before_the_rename_leaves_a_keyring_that_
     next rotation succeeds."""
     keyring = tmp_path / "keyring.json"
     ring = new_keyring("k1")
-    write_private(keyring, ring.dump())
+    create_private(keyring, ring.dump().encode())
     sealed = {slot: ring.seal(f"sk-{slot}".encode(), slot) for slot in ("a", "b", "c")}
     database = tmp_path / "edge.sqlite3"
     shutil.copyfile(migrated_template(), database)
@@ -112,14 +113,15 @@ def test_default_key_ids_never_collide_even_within_one_second(tmp_path: Path) ->
     assert len(ids) == 4 and len(set(ids)) == 4
 
 
-def test_init_never_overwrites_a_keyring_or_follows_a_symlink(tmp_path: Path) -> None:
-    """R-MGD-8: an existing file or a symlink at the keyring's path is left alone."""
+def test_a_key_file_is_never_written_over_a_file_or_through_a_symlink(tmp_path: Path) -> None:
+    """R-MGD-8, R-TLS-5: an existing file or a symlink at a key file's path is left alone,
+    and nothing is left beside it."""
     target = tmp_path / "elsewhere.json"
     target.write_text("untouched")
     link = tmp_path / "keyring.json"
     link.symlink_to(target)
-    with pytest.raises(FileExistsError):
-        write_private(link, new_keyring("k1").dump())
+    with pytest.raises(PrivateFileError, match="exists; a key file is never overwritten"):
+        create_private(link, new_keyring("k1").dump().encode())
     assert target.read_text() == "untouched"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere.json", "keyring.json"]
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from catalog.keyring import new_keyring, write_private
+from catalog.keyring import new_keyring
+from secretref.keyfiles import create_private
 from tests.support.managed import managed_document, mint_keys
 from tests.support.processes import ROOT, Proc, child_env, free_port, migrated_template
 from tests.support.tls import self_signed
@@ -70,7 +71,7 @@ def test_runedge_refuses_a_managed_key_file_that_does_not_load_r_auth_4(
     at start; the first that fails stops the Edge with its path."""
     keys = mint_keys(tmp_path / "keys", "n1")
     keyring = tmp_path / "keyring.json"
-    write_private(keyring, new_keyring("k1").dump())
+    create_private(keyring, new_keyring("k1").dump().encode())
     path = {"issuer": keys.issuer_key, "recipient": keys.node_pub, "keyring": keyring}[broken]
     key_text = path.read_text()
     path.write_text("-----BEGIN NONSENSE-----\n")
@@ -88,7 +89,7 @@ def test_a_refused_start_never_becomes_the_active_revision_r_cfg_14(tmp_path: Pa
     first document."""
     keys = mint_keys(tmp_path / "keys", "n1")
     keyring = tmp_path / "keyring.json"
-    write_private(keyring, new_keyring("k1").dump())
+    create_private(keyring, new_keyring("k1").dump().encode())
     first = managed_document(keys, keyring)
     config, env = configure(tmp_path, first)
     edge = Proc(
@@ -132,7 +133,7 @@ def test_runedge_refuses_a_private_key_file_others_can_read_r_tls_5(tmp_path: Pa
     no key."""
     keys = mint_keys(tmp_path / "keys", "n1")
     keyring = tmp_path / "keyring.json"
-    write_private(keyring, new_keyring("k1").dump())
+    create_private(keyring, new_keyring("k1").dump().encode())
     path = {"issuer": keys.issuer_key, "keyring": keyring, "tls": tmp_path / "key.pem"}[which]
     if which != "tls":
         path.chmod(0o644)
