@@ -3,9 +3,13 @@ their bindings and never a key. docs/credentials.md."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
+from django.utils.decorators import method_decorator
+from django.views.decorators.debug import sensitive_post_parameters
 
 from catalog.keyring import Keyring
 from catalog.models import CredentialSlot, Route, RouteSlot
@@ -13,6 +17,7 @@ from catalog.slots import (
     MAX_SECRET_BYTES,
     CredentialError,
     catalog_snapshot,
+    check_slot,
     keyring_path,
     load_keyring,
     set_slot,
@@ -20,13 +25,16 @@ from catalog.slots import (
 
 
 class SlotForm(forms.ModelForm):
-    """The secret is a password field that is never rendered back (R-MGD-2)."""
+    """The secret is a password field that is never rendered back (R-MGD-2). Every value is
+    checked here, with ``iop_slot set``'s own rules, so a save never fails after the form:
+    a bad id, profile or secret is a form error, never a 500."""
 
     secret = forms.CharField(
         widget=forms.PasswordInput(render_value=False),
         required=False,
-        max_length=MAX_SECRET_BYTES,
-        help_text="Write-only: never shown again. Leave empty to keep the current secret.",
+        strip=False,  # check_slot drops surrounding whitespace, as iop_slot set does
+        help_text="Write-only: never shown again. Leave empty to keep the current secret. "
+        f"At most {MAX_SECRET_BYTES} bytes of UTF-8 text.",
     )
 
     class Meta:
@@ -35,18 +43,22 @@ class SlotForm(forms.ModelForm):
 
     def clean(self) -> dict:
         cleaned = super().clean()
+        if self.errors:  # the id or the profile already failed their field checks
+            return cleaned
         secret = cleaned.get("secret", "")
         if not self.instance.pk and not secret:
             raise forms.ValidationError("a new slot needs its secret")
         if secret:
+            slot_id = cleaned.get("key") or self.instance.key
+            profile = cleaned.get("profile") or self.instance.profile
             try:
                 snapshot = catalog_snapshot()
+                # Bounded before encoding: 4 bytes per character at most in UTF-8.
+                raw = secret[: MAX_SECRET_BYTES + 1].encode("utf-8", "surrogatepass")
+                check_slot(slot_id, profile, raw, snapshot)
                 self.keyring: Keyring = load_keyring(keyring_path(snapshot, None))
             except CredentialError as exc:
                 raise forms.ValidationError(str(exc)) from None
-            profile = cleaned.get("profile") or self.instance.profile
-            if snapshot.profile_family(profile) is None:
-                raise forms.ValidationError(f"unknown profile {profile!r}")
         return cleaned
 
 
@@ -55,6 +67,10 @@ class CredentialSlotAdmin(admin.ModelAdmin):
     form = SlotForm
     list_display = ("key", "profile", "credential_revision", "updated_at")
     search_fields = ("key", "profile")
+
+    @method_decorator(sensitive_post_parameters("secret"))  # never on a DEBUG error page
+    def changeform_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        return super().changeform_view(request, *args, **kwargs)
 
     def get_readonly_fields(self, request: HttpRequest, obj=None) -> tuple[str, ...]:
         # R-MGD-6: a slot keeps its profile; its id is bound into the sealed value.

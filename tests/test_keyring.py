@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import stat
 
 import pytest
 
-from catalog.keyring import Keyring, KeyringError, new_keyring, write_private
+from catalog.keyring import Keyring, KeyringError, new_keyring
+from secretref.keyfiles import create_private
 
 SECRET = b"sk-canary-keyring-51c2"
 
@@ -48,10 +50,19 @@ def test_a_tampered_sealed_value_is_refused() -> None:
         ring.open("garbage", "s")
 
 
+def test_a_sealed_value_shorter_than_its_nonce_is_malformed_not_a_crash() -> None:
+    """A corrupted row (or a routed grant, R-SCALE-7) too short to hold a nonce is refused
+    as malformed, so the request gets 503 credential_unavailable, never a 500."""
+    ring = new_keyring("k1")
+    for body in ("", "AAAA", base64.b64encode(b"x" * 12).decode()):
+        with pytest.raises(KeyringError, match="malformed"):
+            ring.open(f"v1:k1:{body}", "s")
+
+
 def test_the_keyring_file_round_trips_and_is_private(tmp_path) -> None:
     path = tmp_path / "keyring.json"
     ring = new_keyring("k1").with_new_key("k2")
-    write_private(path, ring.dump())
+    create_private(path, ring.dump().encode())
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     loaded = Keyring.load(path)
     assert loaded.key_ids == ("k1", "k2") and loaded.newest == "k2"
