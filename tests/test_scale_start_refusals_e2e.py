@@ -99,6 +99,16 @@ def test_a_database_that_does_not_answer_says_so_r_scale_9(tmp_path):
     assert "the database of DATABASE_URL does not answer" in line and "check DATABASE_URL" in line
 
 
+@pytest.mark.skipif(not os.environ.get("IOP_TEST_REDIS_URL"), reason="needs IOP_TEST_REDIS_URL")
+def test_a_port_that_is_not_postgresql_says_so_within_its_bound_r_scale_9(tmp_path):
+    """DATABASE_URL pointing at the Redis server's port: it accepts the connection and never
+    answers as PostgreSQL would; the check gives up after its connect timeout."""
+    parts = urlsplit(os.environ["IOP_TEST_REDIS_URL"])
+    url = f"postgresql://iop@{parts.hostname}:{parts.port or 6379}/iop"
+    line = refused({"DATABASE_URL": url}, tmp_path)
+    assert "did not answer within 10 s: is that address a PostgreSQL server?" in line
+
+
 @needs_postgres
 def test_a_redis_that_does_not_answer_says_so_r_scale_9(tmp_path, migrated_database):
     env = {"DATABASE_URL": migrated_database, "IOP_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
