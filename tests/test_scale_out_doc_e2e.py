@@ -41,7 +41,10 @@ PAGE = ROOT / "docs" / "scale-out.md"
 BLOCKS = journey_blocks(PAGE)
 RUN_HERE = ("scale-install", "scale-migrate", "scale-edge-a", "scale-edge-b", "scale-edge-c",
             "scale-check", "scale-request")  # fmt: skip
-RUN_ELSEWHERE = {"scale-local": "tests/test_scale_local_script_e2e.py"}
+RUN_ELSEWHERE = {
+    "scale-local": "tests/test_scale_local_script_e2e.py",
+    "scale-rediss": "tests/test_scale_rediss_e2e.py",
+}
 DATABASE = os.environ.get("IOP_TEST_DATABASE_URL", "")
 EXAMPLE_DATABASE = "postgresql://iop@db.internal:5432/iop"
 EXAMPLE_REDIS = "redis://redis.internal:6379/0"

@@ -2,20 +2,42 @@
 redis-server of the test's own with certificates minted in the test, two Edges given
 ``IOP_REDIS_URL=rediss://...?ssl_ca_certs=CA`` on one PostgreSQL database. Routed runs and
 forwarded headers cross Redis streams, so they travel encrypted; an Edge that does not trust
-the server's certificate does not start."""
+the server's certificate does not start. The URL is the page's own ``export`` line, run by
+bash with the example host, port and CA path replaced by the test server's."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
 from tests.support.cluster import DATABASE, Cluster, needs_postgres
+from tests.support.journeys import journey_blocks
+from tests.support.processes import ROOT
 from tests.support.redis_pool import OwnRedis, RedisStartError
 from tests.support.tls import Pki
 
 pytestmark = [pytest.mark.slow, needs_postgres]
+PAGE = ROOT / "docs" / "scale-out.md"
+
+
+def page_url(server: OwnRedis, pki: Pki) -> str:
+    """``IOP_REDIS_URL`` as the page's ``scale-rediss`` block sets it, for the test's server."""
+    block = journey_blocks(PAGE)["scale-rediss"]
+    address = urlsplit(server.url).netloc
+    command = block.replace("redis.internal:6380", address)
+    command = command.replace("/etc/iop/redis-ca.pem", str(pki.ca_file))
+    shell = subprocess.run(
+        ["bash", "-c", f'{command}\nprintf %s "$IOP_REDIS_URL"'],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
+    return shell.stdout
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +62,12 @@ def test_two_edges_route_runs_over_a_tls_only_redis(
 ) -> None:
     """rediss:// with the CA as ``ssl_ca_certs``: both Edges start in scale-out mode and a
     request through the Edge without the Node is routed to it over the TLS Redis."""
-    server, _ = tls_redis
-    with Cluster(tmp_path, database_url=DATABASE, edges=2, redis_url=server.url) as cluster:
+    server, pki = tls_redis
+    url = page_url(server, pki)
+    assert url.startswith("rediss://") and f"ssl_ca_certs={pki.ca_file}" in url
+    with Cluster(
+        tmp_path, database_url=DATABASE, edges=2, redis_url=server.url, env={"IOP_REDIS_URL": url}
+    ) as cluster:
         assert cluster.edge_of("node-1") == 0
         for index in (0, 1):  # Edge 1 has no Node: its run crosses Redis streams
             status, body = cluster.chat(index)
