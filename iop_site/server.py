@@ -116,7 +116,7 @@ def serve(
         application_close_timeout=10,
         verbosity=0,
     )
-    settle_heap()  # the collector's pauses were the long tail (docs/performance.md)
+    settle_heap()  # the collector's pauses were the long tail (docs/performance-history.md)
     server.run()
     if server.listen_failures:
         raise ListenError(server.listen_failures)

@@ -37,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _run(config: NodeConfig, grace_s: float) -> None:
     client = NodeClient(config, shutdown_grace_s=grace_s)
-    settle_heap()  # the collector's pauses were the long tail (docs/performance.md)
+    settle_heap()  # the collector's pauses were the long tail (docs/performance-history.md)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, client.stop)
