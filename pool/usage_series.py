@@ -6,7 +6,7 @@ renders what this returns as inline SVG, server-side (``docs/metering.md``, "Usa
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
@@ -93,6 +93,7 @@ class Chart:
     key: str
     totals: dict[str, int]
     panels: tuple[Panel, ...]
+    title: str  # what a person reads: the key, or words for the ledger's no-label bucket
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +141,11 @@ def _panel(name: str, metrics: tuple[str, ...], values: dict[str, list[int]]) ->
     return Panel(name, tuple(series), top, ticks)
 
 
-def build_section(rows: Iterable[Row], window: Window) -> Section:
-    """A chart per key (busiest first by requests, then by key), each over every bucket."""
+def build_section(
+    rows: Iterable[Row], window: Window, titles: Mapping[str, str] | None = None
+) -> Section:
+    """A chart per key (busiest first by requests, then by key), each over every bucket;
+    ``titles`` names a key in words (the ledger's ``-``, docs/metering.md)."""
     starts = window.starts
     index = {start: i for i, start in enumerate(starts)}
     per_key: dict[str, dict[str, list[int]]] = {}
@@ -156,7 +160,8 @@ def build_section(rows: Iterable[Row], window: Window) -> Section:
     charts = []
     for key, values in ranked[:MAX_CHARTS]:
         panels = tuple(_panel(name, metrics, values) for name, metrics in PANELS)
-        charts.append(Chart(key, {m: sum(values[m]) for m in METRICS}, panels))
+        totals = {m: sum(values[m]) for m in METRICS}
+        charts.append(Chart(key, totals, panels, (titles or {}).get(key, key)))
     return Section(tuple(charts), max(0, len(ranked) - MAX_CHARTS))
 
 
