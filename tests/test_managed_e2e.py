@@ -17,18 +17,14 @@ import pytest
 import yaml
 
 from tests.support import Stack
-from tests.support.managed import ISSUER_KEY_ID, ManagedKeys, mint_keys
-from tests.support.tls import Pair, Pki
+from tests.support.managed import ManagedKeys, managed_stack, mint_keys
+from tests.support.tls import Pki
 
 pytestmark = pytest.mark.slow
 
 SECRET = "sk-e2e-canary-4f2c9b7d1a"  # unique: searched for everywhere at the end
 ROTATED = "sk-e2e-rotated-8e3a6c05"
 NODE = "node-1"
-
-
-def _tls(pair: Pair) -> dict[str, str]:
-    return {"cert_file": str(pair.cert), "key_file": str(pair.key)}
 
 
 class Managed:
@@ -73,36 +69,8 @@ def managed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Managed]:
     directory = tmp_path_factory.mktemp("managed")
     pki = Pki(directory / "pki")
     keys = mint_keys(directory / "keys", NODE)
-    keyring = directory / "keyring.json"
-    providers = [
-        {"id": "glm-general", "profile": "glm", "base_url": "{up:main}/v1", "capacity": 2},
-        {"id": "glm-coding", "profile": "glm_coding", "base_url": "{up:main}/v1"},
-    ]
-    node_config = {"tls": {"ca_file": str(pki.ca_file)}, "credential_plane": keys.node_plane()}
-    stack = Stack(
-        directory / "stack",
-        edge={"tls": _tls(pki.edge)},
-        openai={"tls": _tls(pki.edge), "principal_tokens": []},
-        credential_plane={
-            "enabled": True,
-            "issuer": {"key_id": ISSUER_KEY_ID, "private_key_file": str(keys.issuer_key)},
-            "keyring_file": str(keyring),
-        },
-        nodes=[
-            {
-                "id": NODE,
-                "providers": providers,
-                "config": node_config,
-                "recipient": {"key_id": f"{NODE}-recipient", "public_key_file": str(keys.node_pub)},
-            }
-        ],
-        models=[
-            {"id": "glm", "providers": {"glm-general": "glm-4.6"}},
-            {"id": "coder", "providers": {"glm-coding": "glm-4.6"}},
-        ],
-        log_level="DEBUG",  # the canary must not show up even at the most verbose level
-    )
-    stack.manage("iop_keyring", "init", str(keyring), "--key-id", "k1")
+    # the canary must not show up even at the most verbose level
+    stack = managed_stack(directory, pki, keys, log_level="DEBUG")
     with stack:
         env = Managed(stack, pki, keys)
         stack.manage("iop_slot", "set", "glm-main", "--profile", "glm", stdin=SECRET.encode())
