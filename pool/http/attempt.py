@@ -88,6 +88,7 @@ async def open_attempt(
     # may raise NodeUnavailable
     attempt.channel = await attempt.runtime.hub.open_run(lease, spec, attempt.window)
     source: RunSource = attempt.channel
+    ex.in_band_failure = None if xlate is None or xlate.stream is None else xlate.stream.failed
     if xlate is not None:
         source = TranslatedChannel(attempt.channel, stream=xlate.stream, whole=xlate.whole)
     return source, target

@@ -8,6 +8,7 @@ every dispatched request runs beside a ``DisconnectWatch``.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Protocol
 
 from edgekit.http import Receive, Send
@@ -47,6 +48,7 @@ class Exchange:
         "done",
         "extra_headers",
         "flow",
+        "in_band_failure",
         "output_bytes",
         "provider_id",
         "reached",
@@ -71,6 +73,8 @@ class Exchange:
         self.usage: wire.Usage | None = None
         self.output_bytes = 0
         self.extra_headers: list[tuple[bytes, bytes]] = []  # x-ratelimit-* (R-PRIN-2)
+        # A translated stream's own end after a failure (a Responses stream: response.failed).
+        self.in_band_failure: Callable[[str, str], str | None] | None = None
 
     async def respond(
         self, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = JSON_HEADERS
@@ -96,9 +100,16 @@ class Exchange:
             await self.send({"type": "http.response.body", "body": error_json(err, self.anthropic)})
         elif not self.done:  # never a silent truncation: the stream ends with the error
             self.done = True
-            await self.send(
-                {"type": "http.response.body", "body": stream_error_event(err, self.anthropic)}
-            )
+            await self.send({"type": "http.response.body", "body": self.failure_event(err)})
+
+    def failure_event(self, err: HttpError) -> bytes:
+        """The in-band event that ends this stream after a failure: the translator's when it
+        speaks for the client's protocol, else the error event of the client's API."""
+        if self.in_band_failure is not None:
+            text = self.in_band_failure(err.code, err.message)
+            if text is not None:
+                return text.encode()
+        return stream_error_event(err, self.anthropic)
 
     def client_gone(self) -> None:
         self.status, self.code, self.done = CLIENT_CLOSED, "client_closed", True
@@ -207,7 +218,7 @@ async def relay_stream(
             raise err
         await ex.open_stream()
         ex.status, ex.code = err.status, err.code
-        await ex.chunk(body + stream_error_event(err, ex.anthropic), False)
+        await ex.chunk(body + ex.failure_event(err), False)
         return end
 
 
