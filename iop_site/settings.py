@@ -14,6 +14,7 @@ from iop_site.env import (
     env_int,
     env_list,
     env_listen,
+    env_log_level,
     env_match,
     env_secret,
 )
@@ -178,7 +179,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": env_log_level("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.channels.server": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},

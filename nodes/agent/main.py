@@ -29,7 +29,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="on SIGTERM, how long in-flight runs may finish before they fail (default 10)",
     )
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
+        help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL, in any case",
+    )
     parser.add_argument("--check", action="store_true", help="validate the config and exit")
     parser.add_argument("--version", action="version", version=f"iop-node {__version__}")
     return parser
@@ -62,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.config}: ok")
         return 0
     logging.basicConfig(
-        level=args.log_level.upper(),
+        level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
