@@ -76,6 +76,20 @@ def online(snapshot: dict, provider_id: str) -> bool:
     return any(p["provider_id"] == provider_id and p["online"] for p in snapshot["providers"])
 
 
+def carry_tls(edge: Machine, node: Machine, token: str) -> Path:
+    """The pages' "copy to the Node machine": the CA, gpu-1's client certificate and key
+    (0600) and the token ``iop_token`` printed (0600), into the Node's ``/etc/iop``; the
+    Edge's pki directory."""
+    pki = edge.etc / "pki"
+    copy(pki / "ca.crt", node.etc)
+    copy(pki / "node-gpu-1.crt", node.etc)
+    copy(pki / "node-gpu-1.key", node.etc, mode=0o600)
+    path = node.etc / "node.token"
+    path.write_text(token)
+    path.chmod(0o600)
+    return pki
+
+
 @pytest.fixture
 def machines(tmp_path: Path) -> Iterator[list[Machine]]:
     made: list[Machine] = []
@@ -113,16 +127,10 @@ def test_credentials_page_sets_up_managed_mode_on_two_machines_as_written(
         keys = page.run("edge-keys", edge)
         page.filled["<the sha256 printed by iop_token>"] = printed(keys, "sha256")
         # Step 2, "copy to the Node machine": the files it names.
-        pki = edge.etc / "pki"
-        for name in ("ca.crt", "node-gpu-1.crt"):
-            copy(pki / name, node.etc)
-        copy(pki / "node-gpu-1.key", node.etc, mode=0o600)
+        pki = carry_tls(edge, node, printed(keys, "token"))
         copy(edge.etc / "issuer.pub", node.etc)
         copy(edge.etc / "nodes" / "gpu-1.key", node.etc, mode=0o600)
         (edge.etc / "nodes" / "gpu-1.key").unlink()
-        token = node.etc / "node.token"
-        token.write_text(printed(keys, "token"))
-        token.chmod(0o600)
         assert stat.S_IMODE((edge.etc / "keyring.json").stat().st_mode) == 0o600
 
         page.write("edge.yaml", edge)
@@ -202,13 +210,7 @@ def test_node_tls_walkthrough_runs_as_written_on_two_machines(
     page.run("node-install", node)  # the Node-only install, for real
     assert not (node.checkout / ".venv" / "bin" / "manage.py").exists()
     install_s = time.monotonic() - started
-    pki = edge.etc / "pki"
-    copy(pki / "ca.crt", node.etc)
-    copy(pki / "node-gpu-1.crt", node.etc)
-    copy(pki / "node-gpu-1.key", node.etc, mode=0o600)
-    token = node.etc / "node.token"
-    token.write_text(printed(minted, "token"))
-    token.chmod(0o600)
+    carry_tls(edge, node, printed(minted, "token"))
     page.write("node.yaml", node)
     page.start("node-start", node, tmp_path)
 
