@@ -29,7 +29,7 @@ DB_TESTS := tests/test_catalog_*.py tests/test_iop_*.py tests/test_metering_*.py
 	tests/test_refresh_services.py tests/test_refresh_api.py tests/test_refresh_apply_live.py \
 	tests/test_refresh_api_access.py tests/test_refresh_apply_atomic.py tests/test_rest_api_fuzz.py \
 	tests/test_admin_login_throttle.py tests/test_status_views.py \
-	tests/test_usage_chart.py tests/test_revision_propagation.py
+	tests/test_usage_chart.py tests/test_revision_propagation.py tests/test_managed_catalog.py
 
 test: $(DEV_STAMP)
 	$(PY) manage.py check
