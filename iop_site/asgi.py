@@ -65,7 +65,9 @@ def build_application(runtime: EdgeRuntime | None) -> ASGIApp:
 
     snapshot = runtime.snapshot
     node_ws = NodeConsumer.as_asgi(hub=runtime.hub)
-    openai_app = OpenAIApp(runtime, rate_window_s=settings.IOP_RATE_LIMIT_WINDOW_S)
+    openai_app = OpenAIApp(
+        runtime, rate_window_s=settings.IOP_RATE_LIMIT_WINDOW_S, tracing=runtime.tracing
+    )
     control_app = ControlApp(runtime)
     site = ASGIStaticFilesHandler(django_application)  # the admin's CSS and JS, from the apps
     roles = {

@@ -21,6 +21,17 @@ from iop_site.twisted_guards import attach_flow
 log = logging.getLogger("iop.edge")
 
 
+def route_twisted_log() -> Any:
+    """Twisted's own log events go through the standard logging (logger ``twisted``), so its
+    warnings and errors are written like every other line (R-OBS-4). daphne, at verbosity 0,
+    sends them nowhere; this adds an observer beside its, and returns it."""
+    from twisted.logger import STDLibLogObserver, globalLogPublisher
+
+    observer = STDLibLogObserver("twisted")
+    globalLogPublisher.addObserver(observer)
+    return observer
+
+
 class EdgeServer(Server):  # type: ignore[misc]
     """Stops taking requests on the public listener, lets the running and queued ones
     finish (bounded by ``grace_s``), closes the runtime (Node sessions, last usage rows),
@@ -52,6 +63,7 @@ class EdgeServer(Server):  # type: ignore[misc]
         super().run()
 
     def _start_runtime(self) -> None:
+        route_twisted_log()
         self.runtime.start()
         self._starting = asyncio.ensure_future(self.runtime.start_companions())
         self._starting.add_done_callback(self._started)

@@ -52,6 +52,7 @@ class EdgeRuntime:
         )
         # Started with the runtime, closed after it in reverse (scale-out: iop_site.scale).
         self.companions: list[Any] = []
+        self.tracing: Any = None  # obskit.otel.Tracing while OTEL_* asks for traces (R-OBS-2)
         self._started: list[Any] = []
         self.health = HealthWatch(self.pool, clock)
         self.hub = NodeHub(
@@ -101,6 +102,7 @@ class EdgeRuntime:
         """The pool snapshot as a dict (R-POOL-8); call it on the loop that owns the pool."""
         status = self.pool.snapshot().as_dict()
         status["gate"] = self.gate.by_provider()  # Stream Evidence Gate counts (R-SEG-6)
+        status["ttft"] = self.meter.latency.window.percentiles()  # R-OBS-3: last minutes
         status["revision"] = self.revision  # which revision this Edge runs (R-SCALE-3)
         return status
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from catalog.config import EdgeSnapshot
 from nodes import wire
+from obskit.otel import TracingConfigError, start_tracing
 
 log = logging.getLogger("iop.edge")
 
@@ -100,6 +101,10 @@ def serve(
         heartbeat_timeout_s=settings.IOP_NODE_HEARTBEAT_TIMEOUT_S,
     )
     runtime.companions = scale.companions(runtime, scale=settings.IOP_SCALE, edge_id=edge_id)
+    try:  # R-OBS-2: only when OTEL_* asks for traces; otherwise nothing of the SDK loads
+        runtime.tracing = start_tracing("iop-edge")
+    except TracingConfigError as exc:
+        raise StartError([str(exc)]) from None
     attach_runtime(runtime)
     server = EdgeServer(
         build_application(runtime),
@@ -117,7 +122,11 @@ def serve(
         verbosity=0,
     )
     settle_heap()  # the collector's pauses were the long tail (docs/performance-history.md)
-    server.run()
+    try:
+        server.run()
+    finally:
+        if runtime.tracing is not None:
+            runtime.tracing.shutdown()  # bounded: a hanging collector does not hold the exit
     if server.listen_failures:
         raise ListenError(server.listen_failures)
     if server.start_failures:

@@ -6,6 +6,8 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
+
 from iop_site.edge_local import EDGE_ID_PATTERN, EDGE_ID_WHAT
 from iop_site.env import (
     database_from_url,
@@ -19,6 +21,7 @@ from iop_site.env import (
     env_secret,
 )
 from iop_site.scale import ScaleSettings
+from obskit.logs import LogFormatError, capture_everything, log_format
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("IOP_VAR_DIR", BASE_DIR / "var"))
@@ -157,6 +160,10 @@ IOP_NODE_HEARTBEAT_TIMEOUT_S = env_float("IOP_NODE_HEARTBEAT_TIMEOUT_S", 45.0, m
 # Days of hourly usage rows the meter keeps; 0 keeps them all (docs/metering.md).
 IOP_USAGE_RETENTION_DAYS = env_int("IOP_USAGE_RETENTION_DAYS", 90)
 
+# Days of per-request rows (the request log, found by request id) the meter keeps; 0 keeps
+# them all (docs/observability.md).
+IOP_REQUEST_LOG_RETENTION_DAYS = env_int("IOP_REQUEST_LOG_RETENTION_DAYS", 7)
+
 # Principal tokens' rpm / tpm count per window of this many seconds (R-PRIN-2; docs/http-api.md).
 IOP_RATE_LIMIT_WINDOW_S = env_float("IOP_RATE_LIMIT_WINDOW_S", 60.0, minimum=0.05)
 
@@ -174,15 +181,34 @@ SECURE_HSTS_PRELOAD = env_bool("IOP_HSTS_PRELOAD", False)
 # Preloading is a promise about a whole domain that only its owner can make: opt-in.
 SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
 
+# Logs (docs/observability.md, R-OBS-4): LOG_FORMAT=human (default) or json, one JSON object a
+# line with the request context; IOP_ACCESS_LOG=1 adds one line per /v1 request.
+try:
+    LOG_FORMAT = log_format(os.environ)
+except LogFormatError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
+IOP_ACCESS_LOG = env_bool("IOP_ACCESS_LOG", False)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": {"()": "obskit.context.LogContext"}},
+    "formatters": {
+        "line": {
+            "()": "obskit.logs.JsonFormatter"
+            if LOG_FORMAT == "json"
+            else "obskit.logs.HumanFormatter"
+        }
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "line", "filters": ["context"]}
+    },
     "root": {"handlers": ["console"], "level": env_log_level("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.channels.server": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
+        "twisted": {"level": "WARNING"},  # Twisted's own log, routed here (iop_site/server.py)
         "axes.apps": {"level": "WARNING"},  # its version banner at every start
+        "iop.access": {"level": "INFO" if IOP_ACCESS_LOG else "WARNING"},
     },
 }
+capture_everything(LOG_FORMAT)

@@ -22,6 +22,7 @@ from typing import Any
 
 from twisted.web import http
 
+from obskit.context import request_id_from
 from pool.http.errors import HttpError, error_json
 from pool.http.relay import WRITE_FLOW
 
@@ -134,6 +135,7 @@ class GuardedChannel(http.HTTPChannel):  # type: ignore[misc]
         self.transport.write(
             b"HTTP/1.1 413 Request Entity Too Large\r\n"
             b"Content-Type: application/json\r\n"
+            b"X-Request-Id: " + self._iop_request_id().encode() + b"\r\n"
             b"Content-Length: " + str(len(body)).encode() + b"\r\n"
             b"Connection: close\r\n\r\n" + body
         )
@@ -146,6 +148,16 @@ class GuardedChannel(http.HTTPChannel):  # type: ignore[misc]
         else:
             self.transport.loseConnection()
         self._iop_arm(LINGER_S)
+
+    def _iop_request_id(self) -> str:
+        """R-OBS-1: this refusal's request id, the caller's when it is a valid one."""
+        request = self.requests[-1] if getattr(self, "requests", None) else None
+        given = (
+            request.requestHeaders.getRawHeaders(b"x-request-id", [None])[0]
+            if request is not None
+            else None
+        )
+        return request_id_from(given)
 
     # --- write flow (R-IN-5) -----------------------------------------------------------------
 

@@ -166,7 +166,10 @@ class NodeHub:
         if isinstance(message, wire.RunEvent):
             channel = session.runs.get(message.run_id)
             if channel is not None and not channel.feed(message.data):
-                log.warning("node %s: run %s overran its credit", session.node_id, channel.run_id)
+                log.warning(
+                    "node %s: run %s overran its credit", session.node_id, channel.run_id,
+                    extra=channel.log_context(),
+                )  # fmt: skip
                 del session.runs[channel.run_id]
                 channel.fail("upstream_error", "the node sent more output than it was allowed")
                 self._spawn(session.transport.send(wire.encode(wire.Cancel(run_id=channel.run_id))))
@@ -278,7 +281,9 @@ class NodeHub:
         def grant(chars: int) -> None:
             self._spawn(transport.send(wire.encode(wire.Credit(run_id=run_id, chars=chars))))
 
-        channel = RunChannel(run_id, node_id, window, grant if window else None)
+        channel = RunChannel(
+            run_id, node_id, window, grant if window else None, request_id=spec.request_id
+        )
         session.runs[run_id] = channel
         parts = wire.split(spec.body.decode()) if len(spec.body) > wire.SPLIT_BODY_BYTES else []
         fields: dict[str, Any] = {
@@ -290,6 +295,8 @@ class NodeHub:
             "body_parts": len(parts),
             "credit": window,
             "lease_envelope": envelope,
+            "request_id": spec.request_id,
+            "traceparent": spec.traceparent,
         }
         message: wire.TunnelRequest | wire.RunRequest = (  # R-POOL-10: passthrough or normalized
             wire.TunnelRequest(**fields, forward_headers=dict(spec.forward_headers))

@@ -43,6 +43,7 @@ from nodes.remote_wire import (
 )
 from nodes.runs import NodeUnavailable, RunChannel, RunOrder
 from nodes.tokens import sane_usage
+from obskit.context import MAX_REQUEST_ID_CHARS, REQUEST_ID, RUN_ID
 
 log = logging.getLogger("iop.nodes.remote")
 
@@ -192,13 +193,15 @@ class RunRouter:
             body="" if parts else body,
             body_parts=len(parts),
             forward_headers=dict(spec.forward_headers) if spec.tunnel else {},
+            request_id=spec.request_id,
+            traceparent=spec.traceparent,
         )
         messages: list[Msg] = [Part(run_id=run_id, reply_to=self.edge_id, data=p) for p in parts]
 
         def grant(chars: int) -> None:
             self._spawn(self._send(owner, "runs", Credit(run_id, self.edge_id, chars)))
 
-        channel = RunChannel(run_id, node_id, window, grant)
+        channel = RunChannel(run_id, node_id, window, grant, request_id=spec.request_id)
         self._requested[run_id] = _Requested(channel, owner, time.monotonic())
         try:
             await self._send(owner, "runs", *messages, order)
@@ -229,7 +232,10 @@ class RunRouter:
         requested.taken = True  # any reply means the owner has the order
         if isinstance(message, Output):
             if not channel.feed(message.data):
-                log.warning("run %s: Edge %s overran its credit", message.run_id, requested.owner)
+                log.warning(
+                    "run %s: Edge %s overran its credit", message.run_id, requested.owner,
+                    extra=channel.log_context(),
+                )  # fmt: skip
                 self.cancel(channel)
                 channel.fail("upstream_error", "the node's Edge sent more output than allowed")
         elif isinstance(message, End):
@@ -271,6 +277,9 @@ class RunRouter:
 
     async def _serve(self, key: tuple[str, str], served: _Served, order: Open) -> None:
         requester, run_id = key
+        # R-OBS-1: this task's log lines name the request (its own task: nothing leaks)
+        REQUEST_ID.set(order.request_id[:MAX_REQUEST_ID_CHARS])
+        RUN_ID.set(run_id[:64])
         whole = len(served.parts) == order.body_parts
         body = "".join(served.parts) if order.body_parts else order.body
         served.parts = []
@@ -280,6 +289,8 @@ class RunRouter:
             stream=order.stream,
             body=body.encode(),
             forward_headers=tuple(order.forward_headers.items()),
+            request_id=order.request_id,
+            traceparent=order.traceparent,
         )
         channel: RunChannel | None = None
         try:

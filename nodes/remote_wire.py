@@ -27,6 +27,8 @@ class Open(Msg, tag="open"):
     body: str = ""
     body_parts: int = 0  # sent first as ``Part`` messages (R-IN-2)
     forward_headers: dict[str, str] = {}
+    request_id: str = ""  # R-OBS-1, R-OBS-2: as in the Node's run messages
+    traceparent: str = ""
 
 
 class Part(Msg, tag="part"):

@@ -30,6 +30,8 @@ class RunOrder:
     # Managed mode: issues the run's lease envelope once its id and the Node's connection
     # generation are known, (run_id, node_id, generation) -> envelope (R-MGD-4).
     seal: Callable[[str, str, int], dict[str, Any]] | None = None
+    request_id: str = ""  # R-OBS-1: the request this run serves
+    traceparent: str = ""  # R-OBS-2: the W3C trace context the Node's spans continue
 
 
 Grant = Callable[[int], None]
@@ -49,13 +51,20 @@ class RunChannel:
     """
 
     __slots__ = ("_grant", "_queue", "_taken", "_unreturned", "end", "held", "node_id",
-                 "outstanding", "run_id", "window")  # fmt: skip
+                 "outstanding", "request_id", "run_id", "window")  # fmt: skip
 
     def __init__(
-        self, run_id: str, node_id: str, window: int = 0, grant: Grant | None = None
+        self,
+        run_id: str,
+        node_id: str,
+        window: int = 0,
+        grant: Grant | None = None,
+        *,
+        request_id: str = "",
     ) -> None:
         self.run_id = run_id
         self.node_id = node_id
+        self.request_id = request_id  # R-OBS-1: lines logged outside the request's task
         self.end: wire.RunEnd | None = None
         self._queue: asyncio.Queue[str | wire.RunEnd] = asyncio.Queue()
         self.window = window
@@ -95,6 +104,10 @@ class RunChannel:
         if self._unreturned * 4 >= self.window:
             returned, self._unreturned = self._unreturned, 0
             self._grant(returned)
+
+    def log_context(self) -> dict[str, str]:
+        """``extra`` for a log line about this run written outside its request's task."""
+        return {"request_id": self.request_id, "run_id": self.run_id, "node": self.node_id}
 
     def finish(self, end: wire.RunEnd) -> bool:
         if self.end is not None:

@@ -225,6 +225,8 @@ class RunRequest(_Msg, tag="run_request"):
     body_parts: int = 0
     credit: int = 0
     lease_envelope: dict[str, Any] | None = None  # managed mode: the run's credential (R-MGD-4)
+    request_id: str = ""  # R-OBS-1: on the Node's log lines and sent upstream as x-request-id
+    traceparent: str = ""  # R-OBS-2: W3C trace context of the Edge's request span
 
 
 class TunnelRequest(_Msg, tag="tunnel_request"):
@@ -241,6 +243,8 @@ class TunnelRequest(_Msg, tag="tunnel_request"):
     body_parts: int = 0
     credit: int = 0
     lease_envelope: dict[str, Any] | None = None  # managed mode: the run's credential (R-MGD-4)
+    request_id: str = ""  # as in ``RunRequest``
+    traceparent: str = ""
 
 
 class Credit(_Msg, tag="credit"):

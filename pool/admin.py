@@ -7,11 +7,24 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from pool.models import UsageBucket
+from pool.models import RequestLogEntry, UsageBucket
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows the meter writes: operators read and filter them, never add, change or delete."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(UsageBucket)
-class UsageBucketAdmin(admin.ModelAdmin):
+class UsageBucketAdmin(ReadOnlyAdmin):
     list_display = (
         "bucket_start",
         "model_group",
@@ -39,11 +52,29 @@ class UsageBucketAdmin(admin.ModelAdmin):
     list_per_page = 100
     readonly_fields = [field.name for field in UsageBucket._meta.fields]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+@admin.register(RequestLogEntry)
+class RequestLogEntryAdmin(ReadOnlyAdmin):
+    """The request log (R-OBS-1): search by the request id a caller got in ``x-request-id``."""
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+    list_display = (
+        "at",
+        "request_id",
+        "model_group",
+        "provider",
+        "node",
+        "principal_ref",
+        "status",
+        "code",
+        "input_tokens",
+        "output_tokens",
+        "queue_wait_ms",
+        "ttft_ms",
+        "duration_ms",
+    )
+    list_filter = ("code", "model_group", "provider", "principal_ref", "stream", "at")
+    search_fields = ("=request_id", "=trace_id")
+    date_hierarchy = "at"
+    list_per_page = 100
+    show_full_result_count = False  # a large table: no COUNT(*) per page
+    readonly_fields = [field.name for field in RequestLogEntry._meta.fields]

@@ -24,6 +24,7 @@ from rest_framework.views import APIView
 
 from edgekit.running import get_runtime
 from pool.gate.counters import OUTCOMES
+from pool.metering.latency import WINDOW_S as TTFT_WINDOW_S
 
 # Most to least urgent; the summary line lists counts in this order.
 STATES = ("ejected", "probing", "saturated", "busy", "idle", "disabled", "unavailable", "offline")
@@ -86,7 +87,18 @@ def health_text(row: Mapping[str, Any]) -> str:
     return "-"
 
 
-def _row(row: Mapping[str, Any], gate: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
+def ttft_text(figures: Mapping[str, Any] | None) -> str:
+    """p50 / p95 time to first token over the recent window (R-OBS-3), or "-"."""
+    if not figures:
+        return "-"
+    return f"{format_wait(figures['p50_ms'])} / {format_wait(figures['p95_ms'])}"
+
+
+def _row(
+    row: Mapping[str, Any],
+    gate: Mapping[str, Mapping[str, int]],
+    ttft: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
     capacity, in_flight = row["capacity"], row["in_flight"]
     load = min(100, round(100 * in_flight / capacity)) if capacity > 0 else 0
     counts = gate.get(row["provider_id"], {})
@@ -98,13 +110,17 @@ def _row(row: Mapping[str, Any], gate: Mapping[str, Mapping[str, int]]) -> dict[
         "load_pct": load,
         "health_text": health_text(row),
         "gate": gate_text,
+        "ttft": ttft_text((ttft or {}).get(row["provider_id"])),
     }
 
 
 def status_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
     """The snapshot with ``state`` and ``load_pct`` per provider, sorted by node then provider."""
     rows = sorted(
-        (_row(row, snapshot.get("gate", {})) for row in snapshot["providers"]),
+        (
+            _row(row, snapshot.get("gate", {}), snapshot.get("ttft"))
+            for row in snapshot["providers"]
+        ),
         key=lambda row: (row["node_id"], row["provider_id"]),
     )
     counts = Counter(row["state"] for row in rows)
@@ -115,6 +131,7 @@ def status_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
         "oldest_wait": format_wait(snapshot["oldest_wait_ms"]),
         "counts": {state: counts.get(state, 0) for state in STATES},
         "generated_at": time.time(),
+        "ttft_window_min": round(TTFT_WINDOW_S / 60),
     }
 
 

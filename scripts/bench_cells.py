@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 # Modules whose import registers more suites or checks (each one: scripts/<name>.py).
-SUITE_MODULES: tuple[str, ...] = ("bench_tls", "bench_limits", "bench_gate", "bench_scale")
+SUITE_MODULES: tuple[str, ...] = (
+    "bench_tls", "bench_limits", "bench_gate", "bench_scale", "bench_tracing",
+)  # fmt: skip
 BODIES = {
     "json": {"model": "bench", "messages": [{"role": "user", "content": "ping"}]},
     "stream": {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "ping"}]},
@@ -244,3 +246,38 @@ def cpus_for_pinning() -> tuple[int, int] | None:
     """(server CPU, peer CPU) when this process may use at least two CPUs, else None."""
     cpus = sorted(os.sched_getaffinity(0))
     return (cpus[0], cpus[1]) if len(cpus) >= 2 else None
+
+
+def run_alone(
+    doc: str,
+    measure: Callable[[int, float, int], dict[str, Any]],
+    render: Callable[[dict[str, Any]], str],
+    runs_of: str,
+) -> int:
+    """``main`` of a cell module run by itself: its own fast upstream, ``--seconds``,
+    ``--rounds`` and ``--json``; prints the rendered result."""
+    import argparse
+    import subprocess
+    import sys
+
+    parser = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=3.0, help="length of each wrk run")
+    parser.add_argument("--rounds", type=int, default=5, help=f"runs per {runs_of}; medians count")
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args()
+    upstream = subprocess.Popen(
+        [sys.executable, "scripts/bench_upstream.py"], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert upstream.stdout is not None
+        port = int(upstream.stdout.readline().strip())
+        result = measure(port, args.seconds, args.rounds)
+    finally:
+        upstream.terminate()
+        upstream.wait(10)
+    print(render(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0

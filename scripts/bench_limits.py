@@ -12,12 +12,10 @@ Alone: ``.venv/bin/python scripts/bench_limits.py [--seconds 3 --rounds 5]``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import secrets
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +25,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "scripts")) if p not in sys.path]
 
-from bench_cells import BenchContext, epilogue  # noqa: E402
+from bench_cells import BenchContext, epilogue, run_alone  # noqa: E402
 from bench_client import WrkResult, cpu_seconds, run_wrk  # noqa: E402
 
 from tests.support import Stack, sha256_hex  # noqa: E402
@@ -175,27 +173,7 @@ def limits_epilogue(ctx: BenchContext) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--seconds", type=float, default=3.0, help="length of each wrk run")
-    parser.add_argument("--rounds", type=int, default=5, help="runs per token; medians count")
-    parser.add_argument("--json", help="also write the results to this file")
-    args = parser.parse_args()
-    upstream = subprocess.Popen(
-        [sys.executable, "scripts/bench_upstream.py"], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert upstream.stdout is not None
-        port = int(upstream.stdout.readline().strip())
-        result = measure(port, args.seconds, args.rounds)
-    finally:
-        upstream.terminate()
-        upstream.wait(10)
-    print(render(result))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
-    return 0
+    return run_alone(__doc__ or "", measure, render, "token")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """``LOG_LEVEL`` on the Edge and ``--log-level`` on the Node take the documented level names
-in any case, and refuse anything else naming the values (docs/configuration.md, "Logging")."""
+in any case, and refuse anything else naming the values (docs/configuration.md, "Logs,
+traces and the request log")."""
 
 from __future__ import annotations
 

@@ -201,8 +201,9 @@ def test_duration_histogram_observes_each_request() -> None:
     meter.record(record(duration_s=7.0, operation="messages"))
     counts = samples(meter, "iop_request_duration_seconds_count")
     sums = samples(meter, "iop_request_duration_seconds_sum")
-    chat = frozenset({"operation": "chat_completions", "model_group": "qwen-local"}.items())
-    messages = frozenset({"operation": "messages", "model_group": "qwen-local"}.items())
+    group = {"model_group": "qwen-local", "provider": "vllm-local"}
+    chat = frozenset({"operation": "chat_completions", **group}.items())
+    messages = frozenset({"operation": "messages", **group}.items())
     assert counts == {chat: 1, messages: 1}
     assert sums[messages] == pytest.approx(7.0)
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -81,6 +84,7 @@ async def runtime(monkeypatch: pytest.MonkeyPatch, clock: Clock) -> AsyncIterato
     edge = EdgeRuntime(load_snapshot(yaml.safe_load(CONFIG)), clock=clock)
     yield edge
     edge.meter.pending.take()  # these tests check the exposition; the ledger has its own tests
+    edge.meter.requests.take()
     await edge.aclose()
 
 
@@ -131,7 +135,8 @@ async def test_metrics_show_the_request_under_provider_attribution(runtime: Edge
     assert requests[labels(operation="chat_completions", model_group="qwen-local",
                            provider="vllm-local", code="ok")] == 1  # fmt: skip
     durations = samples(text, "iop_request_duration_seconds_count")
-    assert durations[labels(operation="chat_completions", model_group="qwen-local")] == 1
+    assert durations[labels(operation="chat_completions", model_group="qwen-local",
+                            provider="vllm-local")] == 1  # fmt: skip
 
 
 async def test_metrics_show_the_request_under_model_group_attribution(
@@ -272,3 +277,25 @@ async def test_no_secret_reaches_metrics_or_the_ledger(runtime: EdgeRuntime) -> 
     assert "glm-general" in stored
     for secret in CANARIES.values():
         assert secret not in stored and secret.lower() not in stored
+
+
+DASHBOARD = Path(__file__).resolve().parent.parent / "docs" / "grafana" / "iop-edge.json"
+_SUFFIXES = ("_bucket", "_count", "_sum", "_total")
+
+
+async def test_the_grafana_dashboard_uses_only_metrics_the_edge_exposes_r_obs_3(
+    runtime: EdgeRuntime,
+) -> None:
+    """R-OBS-3: docs/grafana/iop-edge.json is well-formed, and every metric its queries name
+    is in /metrics (queue depth, in flight vs capacity, TTFT, errors by code among them)."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    named = {name for expr in exprs for name in re.findall(r"\biop_[a-z_]+", expr)}
+    runtime.meter.record(record(ttft_s=0.3, queue_wait_s=0.01, provider_id="vllm-local"))
+    _, _, text = await scrape(runtime)
+    exposed = {family.name for family in text_string_to_metric_families(text)}
+    bases = {next((n[: -len(s)] for s in _SUFFIXES if n.endswith(s)), n) for n in named}
+    assert bases <= exposed, sorted(bases - exposed)
+    for needed in ("iop_queue_depth", "iop_provider_in_flight", "iop_provider_capacity",
+                   "iop_time_to_first_token_seconds", "iop_requests"):  # fmt: skip
+        assert needed in bases

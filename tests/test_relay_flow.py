@@ -69,9 +69,12 @@ async def test_r_in_5_a_client_that_takes_nothing_within_the_silence_limit_is_go
         await relay_stream(channel, Exchange(Sink(), False, Flow()), silence_s=0.05)
 
 
-async def test_r_in_5_a_node_that_sends_past_its_window_loses_the_run() -> None:
+async def test_r_in_5_a_node_that_sends_past_its_window_loses_the_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """R-IN-5: the channel queue stays bounded whatever a Node sends: the run fails and is
-    cancelled on the Node."""
+    cancelled on the Node. R-OBS-1: the warning, written outside the request's task, still
+    names the request."""
     runtime = Runtime(document())
     node = await FakeNode(runtime.hub).start()
 
@@ -81,11 +84,15 @@ async def test_r_in_5_a_node_that_sends_past_its_window_loses_the_run() -> None:
 
     node.script = flood
     lease = await runtime.pool.acquire("gpt", frozenset({"chat"}))
-    spec = RunOrder(True, "chat_completions", True, b'{"model":"served-gpt"}')
+    spec = RunOrder(
+        True, "chat_completions", True, b'{"model":"served-gpt"}', request_id="req-flood"
+    )
     channel = await runtime.hub.open_run(lease, spec, window=100)
     assert node.runs[0].credit == 100
     async with asyncio.timeout(5):
         await node.cancel_seen.wait()
+    (warning,) = [r for r in caplog.records if "overran its credit" in r.getMessage()]
+    assert (warning.request_id, warning.run_id) == ("req-flood", channel.run_id)
     assert channel.end is not None and channel.end.error is not None
     assert channel.end.error.code == "upstream_error"
     runtime.hub.close_run(channel)

@@ -134,6 +134,17 @@ async def test_a_streamed_run_requested_on_one_edge_reaches_the_node_on_another_
     assert channel not in edges.a.open_channels
 
 
+async def test_a_routed_run_carries_its_request_id_and_trace_context_r_obs_1(edges):
+    """R-OBS-1, R-OBS-2: the request id and traceparent cross Redis into the Node's message."""
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    channel = await edges.a.open_run(
+        LEASE, order(request_id="req-routed-1", traceparent=traceparent), window=0
+    )
+    request = await edges.run_request()
+    assert (request.request_id, request.traceparent) == ("req-routed-1", traceparent)
+    edges.a.close_run(channel)
+
+
 async def test_closing_a_routed_run_cancels_it_on_the_node_r_scale_2(edges):
     channel = await edges.a.open_run(LEASE, order(), window=0)
     request = await edges.run_request()

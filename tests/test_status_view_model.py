@@ -85,7 +85,21 @@ def test_status_view_sorts_rows_counts_states_and_keeps_engine_fields() -> None:
         "load_pct": 100,
         "health_text": "-",
         "gate": "0 / 0 / 0 / 0",
+        "ttft": "-",
     }
+
+
+def test_the_ttft_column_shows_p50_and_p95_of_the_recent_window_r_obs_3() -> None:
+    """R-OBS-3: p50 / p95 time to first token per provider; "-" without recent samples."""
+    snapshot = {
+        "providers": [_row("a", "n1"), _row("b", "n1")],
+        "queue_depth": 0,
+        "oldest_wait_ms": 0.0,
+        "ttft": {"a": {"p50_ms": 120.0, "p95_ms": 1500.0, "count": 3}},
+    }
+    view = status_view(snapshot)
+    assert [row["ttft"] for row in view["providers"]] == ["120 ms / 1.5 s", "-"]
+    assert view["ttft_window_min"] == 5
 
 
 def test_the_health_column_names_the_reason_and_the_time_left_r_health_4() -> None:

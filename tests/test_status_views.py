@@ -151,7 +151,8 @@ def test_api_pool_gives_staff_the_pool_snapshot_unchanged(live, staff_client) ->
     body = response.json()
     gate = body.pop("gate")  # Stream Evidence Gate counts, beside the engine's snapshot
     body.pop("revision")  # the revision this Edge runs, beside it too
-    assert body == pool.snapshot() and gate == {}
+    ttft = body.pop("ttft")  # R-OBS-3: time to first token per provider, recent window
+    assert body == pool.snapshot() and gate == {} and ttft == {}
     full = next(row for row in body["providers"] if row["provider_id"] == "p-full")
     assert (full["in_flight"], full["queued"], body["queue_depth"]) == (1, 1, 1)
 
@@ -263,3 +264,16 @@ def test_status_page_shows_the_gate_counts_of_each_provider_r_seg_6(live, staff_
     html = staff_client.get("/admin/pool-status/").content.decode()
     cell = re.search(r'data-provider="p-busy".*?data-field="gate">([^<]*)<', html, re.S)
     assert cell is not None and cell.group(1) == "2 / 1 / 0 / 0"
+
+
+def test_status_page_and_feed_show_ttft_p50_p95_per_provider_r_obs_3(live, staff_client) -> None:
+    """R-OBS-3: time to first token p50 / p95 per provider over the recent window."""
+    pool, _ = live
+    window = pool.runtime.meter.latency.window
+    pool.call(lambda: [window.add("p-busy", s) for s in (0.1, 0.2, 0.3, 0.4, 2.0)])
+    html = staff_client.get("/admin/pool-status/").content.decode()
+    cell = re.search(r'data-provider="p-busy".*?data-field="ttft">([^<]*)<', html, re.S)
+    assert cell is not None and cell.group(1) == "300 ms / 2.0 s"
+    feed = staff_client.get("/admin/pool-status/status.json").json()
+    ttft = {row["provider_id"]: row["ttft"] for row in feed["providers"]}
+    assert ttft["p-busy"] == "300 ms / 2.0 s" and ttft["p-idle"] == "-"

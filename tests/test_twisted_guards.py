@@ -44,6 +44,21 @@ def test_r_in_1_a_declared_length_over_the_limit_is_answered_before_a_body_file_
     assert channel.requests[-1].content is None
 
 
+def test_a_413_from_the_guard_carries_a_request_id_r_obs_1() -> None:
+    """R-OBS-1: the refusal made before the app runs carries x-request-id too: the caller's
+    valid one, else a new one."""
+    for given, expected in ((b"caller-413", b"caller-413"), (b"bad id", None)):
+        channel, transport, _ = _channel()
+        channel.dataReceived(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: " + given
+            + b"\r\nContent-Length: 99999999\r\n\r\n"
+        )  # fmt: skip
+        head = transport.value().partition(b"\r\n\r\n")[0].split(b"\r\n")
+        (line,) = [h for h in head if h.lower().startswith(b"x-request-id: ")]
+        value = line.split(b": ", 1)[1]
+        assert value == expected if expected else (len(value) == 24 and value != given)
+
+
 def test_r_in_1_chunked_bytes_are_counted_as_they_are_decoded() -> None:
     """R-IN-1: the 413 comes with the chunk that passes the limit, before the body ends."""
     channel, transport, _ = _channel()

@@ -14,6 +14,7 @@ import random
 import ssl
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -32,6 +33,10 @@ from nodes.agent.outbox import SendMessage
 from nodes.agent.registry import Registries
 from nodes.agent.router import Router
 from nodes.agent.secrets import SecretError, resolve_secret
+from nodes.agent.tracing import RunTracer
+
+if TYPE_CHECKING:
+    from obskit.otel import Tracing
 
 log = logging.getLogger("iop_node.client")
 
@@ -98,8 +103,10 @@ class NodeClient:
         backoff: Backoff | None = None,
         open_timeout_s: float = 10.0,
         close_timeout_s: float = 5.0,
+        tracing: Tracing | None = None,
     ) -> None:
         self.config = config
+        self.tracer = RunTracer(config.node_id, tracing)  # R-OBS-1, R-OBS-2
         self.shutdown_grace_s = shutdown_grace_s
         self.open_timeout_s = open_timeout_s
         self.close_timeout_s = close_timeout_s
@@ -248,7 +255,11 @@ class NodeClient:
         # R-NODE-1: apply the payload and install handlers before saying ready.
         registry = self.registries.install(first.payload)
         router = self.router = Router(
-            self.registries, send, credentials=self.credentials, generation=first.generation
+            self.registries,
+            send,
+            credentials=self.credentials,
+            generation=first.generation,
+            tracer=self.tracer,
         )
         router.prober.follow(registry)
         await send(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 
@@ -15,6 +16,9 @@ from nodes.agent.credentials import load_opener
 from nodes.agent.secrets import SecretError, resolve_secret
 from nodes.envelope import KeyFileError
 from nodes.heap import settle_heap
+from obskit.context import NODE
+from obskit.logs import LogFormatError, configure, json_line, log_format
+from obskit.otel import Tracing, TracingConfigError, start_tracing
 
 log = logging.getLogger("iop_node")
 
@@ -41,8 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _run(config: NodeConfig, grace_s: float) -> None:
-    client = NodeClient(config, shutdown_grace_s=grace_s)
+async def _run(config: NodeConfig, grace_s: float, tracing: Tracing | None) -> None:
+    client = NodeClient(config, shutdown_grace_s=grace_s, tracing=tracing)
     settle_heap()  # the collector's pauses were the long tail (docs/performance-history.md)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -50,30 +54,44 @@ async def _run(config: NodeConfig, grace_s: float) -> None:
     await client.run()
 
 
+def _refuse(fmt: str, reason: str) -> int:
+    """Why the Node does not start, on stderr (one JSON line with LOG_FORMAT=json); exit 2."""
+    print(json_line("ERROR", log.name, reason) if fmt == "json" else reason, file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    try:  # R-OBS-4: from the first line on, every line is in the chosen format
+        fmt = log_format(os.environ)
+    except LogFormatError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     try:
         config = load_config(args.config)
         if config.credential_plane is not None:  # R-AUTH-4: the keys must load at start
             load_opener(config.credential_plane)
     except (NodeConfigError, KeyFileError) as exc:
-        print(exc, file=sys.stderr)
-        return 2
+        return _refuse(fmt, str(exc))
     try:  # a Node without its token could only be refused, again and again
         resolve_secret(config.token.as_secret_ref(), what="token")
     except SecretError as exc:
-        print(f"{args.config}: {exc}", file=sys.stderr)
-        return 2
+        return _refuse(fmt, f"{args.config}: {exc}")
     if args.check:
         print(f"{args.config}: ok")
         return 0
-    logging.basicConfig(
-        level=args.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    try:  # R-OBS-2: only when OTEL_* asks for traces
+        tracing = start_tracing("iop-node")
+    except TracingConfigError as exc:
+        return _refuse(fmt, str(exc))
+    configure(fmt, args.log_level, sys.stderr)
+    NODE.set(config.node_id)  # every task of the Node inherits it (its log lines name it)
     log.info("iop-node %s starting (node %s)", __version__, config.node_id)
-    asyncio.run(_run(config, args.shutdown_grace))
+    try:
+        asyncio.run(_run(config, args.shutdown_grace, tracing))
+    finally:
+        if tracing is not None:
+            tracing.shutdown()  # bounded: a hanging collector does not hold the exit
     return 0
 
 

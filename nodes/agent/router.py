@@ -7,8 +7,10 @@ connection itself is lost (then the Edge has already failed it).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from nodes import wire
 from nodes.agent.adapters.base import AdapterError, RunSpec
@@ -17,6 +19,7 @@ from nodes.agent.envelope import EnvelopeRefused
 from nodes.agent.outbox import RunOutput, SendMessage
 from nodes.agent.prober import Prober
 from nodes.agent.registry import Registries
+from nodes.agent.tracing import RunTracer
 
 log = logging.getLogger("iop_node.router")
 
@@ -36,6 +39,7 @@ class _Run:
     task: asyncio.Task[None] | None = None
     adapter_task: asyncio.Task[wire.Usage | None] | None = field(default=None, repr=False)
     out: RunOutput | None = field(default=None, repr=False)
+    span: Any = field(default=None, repr=False)  # R-OBS-2: the run span, while tracing
 
 
 class _Bodies:
@@ -90,8 +94,10 @@ class Router:
         *,
         credentials: LeaseCredentials | None = None,
         generation: int | None = None,
+        tracer: RunTracer | None = None,
     ) -> None:
         self.registries = registries
+        self.tracer = tracer or RunTracer("")
         self._send = send
         self._credentials = credentials or LeaseCredentials(None, "")
         self._generation = generation
@@ -136,11 +142,11 @@ class Router:
         if run_id in self.runs:
             log.warning("run %s is already running; duplicate request ignored", run_id)
             return
+        # R-OBS-1, R-OBS-2: the run's tasks, log lines and spans carry its request context.
+        ctx, span = self.tracer.begin(message, body)
         if not self.accepting:
-            await self._end(
-                run_id,
-                wire.RunError("node_shutdown", _END_MESSAGES["node_shutdown"], retryable=True),
-            )
+            error = wire.RunError("node_shutdown", _END_MESSAGES["node_shutdown"], retryable=True)
+            await self._refuse(run_id, span, ctx, error)
             return
         registry = self.registries.current
         try:
@@ -148,8 +154,7 @@ class Router:
                 raise AdapterError("unknown_provider", "the node has no configuration yet")
             adapter = registry.get(message.provider_id)
         except AdapterError as exc:
-            _log_failure(run_id, exc)
-            await self._end(run_id, exc.to_wire())
+            await self._refuse(run_id, span, ctx, exc.to_wire(), exc)
             return
         forward = message.forward_headers if isinstance(message, wire.TunnelRequest) else {}
         try:  # R-MGD-4: the run's own credential, for this one upstream call
@@ -165,8 +170,7 @@ class Router:
                 f"lease envelope refused: {exc}",
                 detail=f"lease envelope refused ({exc.reason}): {exc}",
             )
-            _log_failure(run_id, refused)
-            await self._end(run_id, refused.to_wire())
+            await self._refuse(run_id, span, ctx, refused.to_wire(), refused)
             return
         if auth:
             forward = {**forward, **auth}
@@ -178,15 +182,29 @@ class Router:
             forward_headers=forward,
         )
         out = RunOutput(run_id, self._send, credit=message.credit)
-        run = _Run(run_id, out=out)
+        run = _Run(run_id, out=out, span=span)
         self.runs[run_id] = run
         # The run stays on the registry it started with, even after a swap (R-NODE-5);
         # counted from now until the adapter task is done, however it ends.
         registry.begin_run()
         work = adapter.run(spec, out.emit)
-        run.adapter_task = asyncio.create_task(work, name=f"adapter-{run_id}")
+        run.adapter_task = asyncio.create_task(work, name=f"adapter-{run_id}", context=ctx.copy())
         run.adapter_task.add_done_callback(lambda _: registry.end_run())
-        run.task = asyncio.create_task(self._supervise(run, out), name=f"run-{run_id}")
+        run.task = asyncio.create_task(self._supervise(run, out), name=f"run-{run_id}", context=ctx)
+
+    async def _refuse(
+        self,
+        run_id: str,
+        span: Any,
+        ctx: contextvars.Context,
+        error: wire.RunError,
+        exc: AdapterError | None = None,
+    ) -> None:
+        """A run refused before any adapter ran: logged and ended in its own context."""
+        if exc is not None:
+            ctx.run(_log_failure, run_id, exc)
+        RunTracer.end(span, wire.RunEnd(run_id=run_id, ok=False, error=error))
+        await self._end(run_id, error)
 
     async def _supervise(self, run: _Run, out: RunOutput) -> None:
         assert run.adapter_task is not None
@@ -203,6 +221,8 @@ class Router:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
                 self.runs.pop(run.run_id, None)
+                gone = wire.RunError(code="node_gone", message="the connection to the Edge ended")
+                RunTracer.end(run.span, wire.RunEnd(run_id=run.run_id, ok=False, error=gone))
                 raise  # the connection is gone: nothing to tell the Edge
             await out.drain(discard=True)
             error = wire.RunError(
@@ -220,6 +240,7 @@ class Router:
             )
             end = wire.RunEnd(run_id=run.run_id, ok=False, error=error)
         self.runs.pop(run.run_id, None)
+        RunTracer.end(run.span, end)
         await self._safe_send(end)
 
     def cancel(self, run_id: str, code: str) -> bool:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from catalog.config import EdgeSnapshot
+from obskit.context import TRACE_ID
+from pool.http import observe
 from pool.http.auth import Caller
 from pool.http.body import ClientGone, read_body
 from pool.http.dispatch import dispatch
@@ -28,7 +30,11 @@ from pool.http.tables import Tables
 from pool.metering import RequestRecord
 from pool.translate.plan import translated_needs
 
+if TYPE_CHECKING:
+    from obskit.otel import Tracing
+
 log = logging.getLogger("iop.http")
+access = logging.getLogger("iop.access")  # one line per request when IOP_ACCESS_LOG is on
 
 MODELS_PATH = "/v1/models"
 # For a load balancer in front of several Edges (docs/scale-out.md): no authentication, no
@@ -40,8 +46,11 @@ MODELS_PREFIX = "/v1/models/"
 class OpenAIApp:
     """Serves /v1/* (and /metrics with a scrape token) through the provider pool."""
 
-    def __init__(self, runtime: DataPlane, *, rate_window_s: float = 60.0) -> None:
+    def __init__(
+        self, runtime: DataPlane, *, rate_window_s: float = 60.0, tracing: Tracing | None = None
+    ) -> None:
         self.runtime = runtime
+        self.tracing = tracing  # R-OBS-2: None unless OTEL_* asked for traces
         self._snapshot: EdgeSnapshot | None = None
         self._tables: Tables | None = None
         self.limiter = TokenLimiter(rate_window_s)  # R-PRIN-2: per-token counters, this Edge
@@ -76,9 +85,11 @@ class OpenAIApp:
             if endpoint is not None
             else (models and b"anthropic-version" in headers)
         )
-        ex = Exchange(send, anthropic, scope.get("extensions", {}).get(WRITE_FLOW))
         meta = _Meta(endpoint.operation if endpoint else ("models" if models else "unknown"))
-        started = time.perf_counter()
+        meta.obs = obs = observe.begin(headers, self.tracing, meta.operation)  # R-OBS-1, R-OBS-2
+        flow = scope.get("extensions", {}).get(WRITE_FLOW)
+        ex = Exchange(observe.answering(send, obs), anthropic, flow)
+        started = obs.started
         try:
             tables = self.tables()
             if endpoint is None and not models:
@@ -213,6 +224,11 @@ class OpenAIApp:
             self.limiter.finish(meta.ticket, input_tokens + output_tokens)
         request = meta.request
         status = ex.status or 500
+        stream = ex.stream or (request is not None and request.stream)
+        obs = meta.obs
+        assert obs is not None
+        ttft = observe.ttft_s(obs, stream, status)
+        node_id = self._observed(meta, ex, status, input_tokens, output_tokens, duration_s)
         self.runtime.meter.record(
             RequestRecord(
                 operation=meta.operation,
@@ -226,9 +242,43 @@ class OpenAIApp:
                 output_tokens=output_tokens,
                 estimated=estimated,
                 duration_s=duration_s,
-                stream=ex.stream or (request is not None and request.stream),
+                stream=stream,
+                request_id=obs.request_id,
+                trace_id=TRACE_ID.get(),
+                node_id=node_id,
+                queue_wait_s=obs.queue_wait_s,
+                ttft_s=ttft,
             )
         )
+
+    def _observed(
+        self, meta: _Meta, ex: Exchange, status: int, tokens_in: int, tokens_out: int, took: float
+    ) -> str | None:
+        """The request's span ended with its GenAI attributes, its access line (when on);
+        returns the Node its provider is on."""
+        obs = meta.obs
+        assert obs is not None
+        provider_id = ex.provider_id
+        spec = self.runtime.snapshot.providers.get(provider_id) if provider_id else None
+        node_id = spec.node_id if spec is not None else None
+        code = ex.code if (status >= 400 or ex.code) else None
+        if obs.span is not None:
+            request = meta.request
+            target = self.target(request.model, provider_id) if request and provider_id else None
+            observe.finish(
+                obs, code, operation=meta.operation,
+                request_model=request.model[:200] if request else None,
+                response_model=target.model if target else None,
+                input_tokens=tokens_in, output_tokens=tokens_out, provider=provider_id,
+                node=node_id, principal=meta.principal_ref, status=status,
+            )  # fmt: skip
+        if access.isEnabledFor(logging.INFO):
+            access.info(
+                "%s %s %d %s %.1f ms provider=%s tokens=%d/%d",
+                meta.operation, meta.model_group or "-", status, code or "ok", took * 1000,
+                provider_id or "-", tokens_in, tokens_out,
+            )  # fmt: skip
+        return node_id
 
 
 def _usage(meta: _Meta, ex: Exchange) -> tuple[int, int, bool]:
@@ -250,6 +300,7 @@ class _Meta:
     __slots__ = (
         "grant",
         "model_group",
+        "obs",
         "operation",
         "principal_ref",
         "request",
@@ -265,3 +316,4 @@ class _Meta:
         self.request: ParsedRequest | None = None
         self.ticket: Ticket | None = None  # the limiter's charge, settled once at the end
         self.grant: Grant | None = None
+        self.obs: observe.Observation | None = None

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from nodes.runs import RunChannel, RunOrder
 from pool.engine import Lease
+from pool.http import observe
 from pool.http.errors import HttpError
 from pool.http.managed import RouteCredentials
 from pool.http.operations import ParsedRequest, Target, upstream_body
@@ -72,6 +73,7 @@ async def open_attempt(
     if xlate is not None and xlate.answer is not None:  # answered here: nothing to run
         await ex.respond(200, xlate.answer.encode())
         return None
+    request_id, traceparent = observe.run_ids()  # R-OBS-1, R-OBS-2: they travel with the run
     spec = RunOrder(
         tunnel=target.tunnel,
         operation=request.endpoint.operation if xlate is None else xlate.operation,
@@ -84,9 +86,12 @@ async def open_attempt(
             if attempt.credentials is not None
             else None
         ),
+        request_id=request_id,
+        traceparent=traceparent,
     )
     # may raise NodeUnavailable
     attempt.channel = await attempt.runtime.hub.open_run(lease, spec, attempt.window)
+    observe.running(attempt.channel.run_id, lease.node_id, lease.provider_id)
     source: RunSource = attempt.channel
     ex.in_band_failure = None if xlate is None or xlate.stream is None else xlate.stream.failed
     if xlate is not None:

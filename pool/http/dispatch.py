@@ -22,6 +22,7 @@ from collections.abc import Awaitable
 from nodes.hub import NodeUnavailable
 from pool.engine import Lease, PoolEngine
 from pool.engine.errors import PoolError
+from pool.http import observe
 from pool.http.attempt import Attempt, TargetOf, open_attempt
 from pool.http.errors import RunFailed, from_pool_error
 from pool.http.failover import (
@@ -80,7 +81,8 @@ async def dispatch(
         )
 
     try:
-        lease = await admit()
+        with observe.admission():  # R-OBS-3: the queue wait
+            lease = await admit()
     except PoolError as exc:
         raise from_pool_error(exc, request.model, request.needs) from None
     gate = (admit, deadline) if request.stream and snapshot.stream_evidence_gate.enabled else None
@@ -101,7 +103,8 @@ async def dispatch(
             raise failed
         try:
             async with asyncio.timeout(left):
-                lease = await admit(excluded)
+                with observe.admission():
+                    lease = await admit(excluded)
         except (PoolError, TimeoutError):
             raise failed from None  # nothing else can take it in time: the failure stands
 

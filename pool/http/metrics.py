@@ -102,6 +102,13 @@ class PoolCollector(Collector):
             "iop_edge_start_time_seconds", "When this Edge process started (epoch seconds).",
             value=self._runtime.started_at,
         )  # fmt: skip
+        tracing = getattr(self._runtime, "tracing", None)
+        if tracing is not None:  # R-OBS-2: traces lost to a failing collector, counted
+            yield CounterMetricFamily(
+                "iop_trace_export_failures",
+                "Span batches the collector refused, failed or did not take in time.",
+                value=float(tracing.failed_batches),
+            )
 
     def _health_counters(self) -> Iterator[Metric]:
         ejections = CounterMetricFamily(

@@ -37,6 +37,12 @@ class RequestRecord:
     estimated: bool
     duration_s: float
     stream: bool
+    # R-OBS-1, R-OBS-3: which request, and where its time went (None: did not happen)
+    request_id: str = ""
+    trace_id: str = ""
+    node_id: str | None = None
+    queue_wait_s: float | None = None
+    ttft_s: float | None = None
 
 
 class RequestLabels(NamedTuple):

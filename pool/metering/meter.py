@@ -26,7 +26,9 @@ from pool.metering.labels import (
     Vocabulary,
     token_count,
 )
+from pool.metering.latency import LatencyMetrics
 from pool.metering.pending import Counts, PendingUsage, UsageKey, hour_bucket
+from pool.metering.request_log import PendingRequests, request_log_retention_days, write_rows
 
 if TYPE_CHECKING:
     from catalog.config import EdgeSnapshot
@@ -38,9 +40,11 @@ DEFAULT_RETENTION_DAYS = 90
 PRUNE_EVERY_S = 24 * 3600
 MAX_OPERATIONS = 32  # distinct operation labels; the Edge has fewer than ten
 MAX_CODES = 64  # distinct error-code labels
-DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0,
+                    120.0, 300.0, 600.0)  # fmt: skip
 
 Writer = Callable[[dict[UsageKey, Counts], datetime | None], int]
+RowsWriter = Callable[[list[tuple[object, ...]], datetime | None], int]
 
 
 def usage_retention_days() -> int:
@@ -51,6 +55,20 @@ def usage_retention_days() -> int:
     if not isinstance(days, int) or isinstance(days, bool) or days < 0:
         raise ImproperlyConfigured(f"{RETENTION_SETTING}: must be 0 (keep all) or more days")
     return days
+
+
+def write_rows_in_worker(rows: list[tuple[object, ...]], prune_before: datetime | None) -> int:
+    """Write request-log rows from a worker thread, then close that thread's connections."""
+    from django.db import connections
+
+    try:
+        return write_rows(rows, prune_before)
+    finally:
+        connections.close_all()
+
+
+def discard_rows(rows: list[tuple[object, ...]], prune_before: datetime | None) -> int:
+    return 0
 
 
 def write_in_worker(batch: dict[UsageKey, Counts], prune_before: datetime | None) -> int:
@@ -77,11 +95,25 @@ class UsageMeter:
         retention_days: int | None = None,
         writer: Writer | None = None,
         clock: Callable[[], float] = time.time,
+        rows_writer: RowsWriter | None = None,
+        request_retention_days: int | None = None,
     ) -> None:
         self._snapshot = snapshot
         self._interval = flush_interval_s
         self._clock = clock
         self._writer: Writer = writer or write_in_worker
+        # R-OBS-1: the request log; a meter given its own bucket writer (tests) keeps no
+        # request rows unless it is given a rows writer too.
+        self._rows_writer: RowsWriter = rows_writer or (
+            write_rows_in_worker if writer is None else discard_rows
+        )
+        self._request_retention_days = (
+            request_log_retention_days()
+            if request_retention_days is None
+            else request_retention_days
+        )
+        self.requests = PendingRequests()
+        self._next_request_prune = 0.0
         self._retention_days = usage_retention_days() if retention_days is None else retention_days
         self.pending = PendingUsage(max_pending_keys)
         self._operations, self._codes = Vocabulary(MAX_OPERATIONS), Vocabulary(MAX_CODES)
@@ -106,7 +138,7 @@ class UsageMeter:
         )  # fmt: skip
         self._duration = Histogram(
             "iop_request_duration_seconds", "Time from request start to its end.",
-            ["operation", "model_group"], buckets=DURATION_BUCKETS, registry=reg,
+            ["operation", "model_group", "provider"], buckets=DURATION_BUCKETS, registry=reg,
         )  # fmt: skip
         self._tokens = Counter(
             "iop_tokens", "Tokens in and out, attributed per the model's usage_attribution.",
@@ -121,6 +153,11 @@ class UsageMeter:
             "iop_usage_flush_failures", "Ledger writes that failed and were kept for retry.",
             registry=reg,
         )  # fmt: skip
+        self._requests_dropped = Counter(
+            "iop_request_log_dropped", "Request-log rows dropped: the pending list was full.",
+            registry=reg,
+        )  # fmt: skip
+        self.latency = LatencyMetrics(reg)  # R-OBS-3
         pending = Gauge("iop_usage_pending_keys", "Ledger keys not yet written.", registry=reg)
         pending.set_function(lambda: len(self.pending))
 
@@ -146,8 +183,12 @@ class UsageMeter:
         )  # fmt: skip
         if self.pending.add(key, Counts(1, int(lab.failed), tokens_in, tokens_out)):
             self._overflow.inc()
+        self.latency.observe(record, lab, tokens_out)
+        if not self.requests.add(self._clock(), record, lab, (tokens_in, tokens_out)):
+            self._requests_dropped.inc()
         self.start()
-        if self.pending.full and self._wake is not None:
+        full = self.pending.full or len(self.requests) >= self.requests.max_rows
+        if full and self._wake is not None:
             self._wake.set()  # a full map asks for an early flush
 
     def _request_series(self, lab: RequestLabels) -> tuple[Any, Any]:
@@ -157,7 +198,7 @@ class UsageMeter:
         if series is None:
             series = self._request_cache[lab] = (
                 self._requests.labels(lab.operation, lab.model_group, lab.provider, lab.code),
-                self._duration.labels(lab.operation, lab.model_group),
+                self._duration.labels(lab.operation, lab.model_group, lab.provider),
             )
         return series
 
@@ -209,6 +250,7 @@ class UsageMeter:
         self._bind(asyncio.get_running_loop())
         assert self._lock is not None
         async with self._lock:
+            await self._flush_requests()
             batch = self.pending.take()
             if not batch:
                 return 0
@@ -228,6 +270,31 @@ class UsageMeter:
                     type(exc).__name__, len(batch),
                 )  # fmt: skip
                 return 0
+
+    async def _flush_requests(self) -> None:
+        """Write the pending request-log rows (R-OBS-1); on failure they are kept (bounded)."""
+        rows = self.requests.take()
+        prune_before = None
+        if self._request_retention_days > 0 and time.monotonic() >= self._next_request_prune:
+            self._next_request_prune = time.monotonic() + PRUNE_EVERY_S
+            now = datetime.fromtimestamp(self._clock(), tz=UTC)
+            prune_before = now - timedelta(days=self._request_retention_days)
+        if not rows and prune_before is None:
+            return
+        write = sync_to_async(self._rows_writer, thread_sensitive=False)
+        try:
+            await write(rows, prune_before)
+        except Exception as exc:
+            dropped = self.requests.dropped
+            self.requests.merge(rows)
+            self._requests_dropped.inc(self.requests.dropped - dropped)
+            if prune_before is not None:
+                self._next_request_prune = 0.0
+            self._flush_failures.inc()
+            logger.warning(
+                "request log write failed (%s); %d rows kept for the next flush",
+                type(exc).__name__, len(rows),
+            )  # fmt: skip
 
     def _prune_due(self) -> datetime | None:
         if self._retention_days <= 0 or time.monotonic() < self._next_prune:

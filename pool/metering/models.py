@@ -69,3 +69,44 @@ class UsageBucket(models.Model):
 
     def __str__(self) -> str:
         return f"{self.bucket_start:%Y-%m-%d %H:00} {self.model_group} -> {self.attributed_to}"
+
+
+class RequestLogEntry(models.Model):
+    """One finished ``/v1`` request, found by its request id (R-OBS-1, docs/metering.md).
+
+    Written by the meter in batches, kept ``IOP_REQUEST_LOG_RETENTION_DAYS``; labels are the
+    meter's bounded ones (configured ids and refs, else ``-``), never caller text.
+    """
+
+    request_id = models.CharField(max_length=128, db_index=True)
+    at = models.DateTimeField(db_index=True, help_text="When the request ended (UTC).")
+    trace_id = models.CharField(max_length=32, blank=True, help_text="OpenTelemetry trace id.")
+    operation = models.CharField(max_length=48)
+    principal_ref = models.CharField(max_length=200, default=NO_LABEL)
+    token_ref = models.CharField(max_length=200, default=NO_LABEL)
+    model_group = models.CharField(max_length=200, default=NO_LABEL)
+    provider = models.CharField(max_length=200, default=NO_LABEL)
+    node = models.CharField(max_length=200, blank=True)
+    status = models.PositiveSmallIntegerField(help_text="The HTTP status the caller got.")
+    code = models.CharField(max_length=64, help_text="ok, or the error code.")
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    estimated = models.BooleanField(default=False)
+    stream = models.BooleanField(default=False)
+    queue_wait_ms = models.FloatField(null=True, blank=True)
+    ttft_ms = models.FloatField(null=True, blank=True, help_text="Streams: time to first token.")
+    duration_ms = models.FloatField()
+
+    ROW_FIELDS = (
+        "request_id", "at", "trace_id", "operation", "principal_ref", "token_ref",
+        "model_group", "provider", "node", "status", "code", "input_tokens", "output_tokens",
+        "estimated", "stream", "queue_wait_ms", "ttft_ms", "duration_ms",
+    )  # fmt: skip
+
+    class Meta:
+        ordering = ("-at",)
+        verbose_name = "request log entry"
+        verbose_name_plural = "request log"
+
+    def __str__(self) -> str:
+        return f"{self.request_id} {self.model_group} {self.status}"

@@ -4,10 +4,14 @@ config; the flags win over IOP_EDGE_ID / IOP_*_LISTEN (docs/configuration.md).""
 
 from __future__ import annotations
 
+import io
+import logging
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
+
+from obskit.logs import announce
 
 
 class Command(BaseCommand):
@@ -30,8 +34,47 @@ class Command(BaseCommand):
                 f"else the config's {role}.listen)",
             )
 
+    def execute(self, *args: Any, **options: Any) -> Any:
+        from django.conf import settings
+
+        try:
+            return super().execute(*args, **options)
+        except CommandError as exc:
+            if settings.LOG_FORMAT != "json":
+                raise
+            # R-OBS-4: even the reason the Edge did not start is one JSON line
+            logging.getLogger("iop.edge").error("%s", exc)
+            sys.exit(1)
+
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        """Django's system checks; in JSON mode what they would print is one log line."""
+        from django.conf import settings
+
+        if settings.LOG_FORMAT != "json":
+            super().check(*args, **kwargs)
+            return
+        out, err = io.StringIO(), io.StringIO()
+        self.stdout, self.stderr = OutputWrapper(out), OutputWrapper(err)
+        try:
+            super().check(*args, **kwargs)
+        finally:
+            self.stdout, self.stderr = OutputWrapper(sys.stdout), OutputWrapper(sys.stderr)
+            for level, text in ((logging.INFO, out.getvalue()), (logging.WARNING, err.getvalue())):
+                if text.strip():
+                    logging.getLogger("iop.edge").log(level, "%s", text.strip())
+
     def handle(self, *args: Any, **options: Any) -> None:
         from django.conf import settings
+
+        self._start(settings, options)
+
+    def _say(self, settings: Any, text: str) -> None:
+        if settings.LOG_FORMAT == "json":
+            logging.getLogger("iop.edge").error("%s", text)
+        else:
+            self.stderr.write(text)
+
+    def _start(self, settings: Any, options: dict[str, Any]) -> None:
 
         from catalog.config import ConfigError
         from iop_site import scale
@@ -58,7 +101,7 @@ class Command(BaseCommand):
             snapshot, revision = startup_revision(options.get("config"))
         except ConfigError as exc:
             for issue in exc.issues:
-                self.stderr.write(str(issue))
+                self._say(settings, str(issue))
             raise CommandError(f"invalid config: {len(exc.issues)} error(s)") from None
         try:
             snapshot = local.localize(snapshot)  # this process only: the revision is shared
@@ -83,14 +126,13 @@ class Command(BaseCommand):
                 raise CommandError(f"managed mode cannot start: {exc}") from None
         names = " ".join(f"{it.role}={it.url()}" for it in listeners(snapshot))
         if snapshot.openai_tls is not None and not settings.IOP_HTTPS:
-            self.stderr.write(
-                "warning: openai.tls is on but IOP_HTTPS is not set: the admin's session and "
+            logging.getLogger("iop.edge").warning(
+                "openai.tls is on but IOP_HTTPS is not set: the admin's session and "
                 "CSRF cookies are not marked Secure and no HSTS is sent (docs/configuration.md)"
             )
 
-        def ready() -> None:
-            sys.stdout.write(f"IOP Edge ready: {names}\n")  # R-TLS-1: https:// and wss://
-            sys.stdout.flush()
+        def ready() -> None:  # R-TLS-1: https:// and wss://; R-OBS-4: JSON with LOG_FORMAT=json
+            announce(settings.LOG_FORMAT, "iop.edge", f"IOP Edge ready: {names}", sys.stdout)
 
         try:
             serve(snapshot, revision=revision, edge_id=edge_id, on_ready=ready)
@@ -98,7 +140,7 @@ class Command(BaseCommand):
             raise CommandError(f"cannot start: {exc}") from None
         except ListenError as exc:
             for failure in exc.failures:
-                self.stderr.write(failure)
+                self._say(settings, failure)
             raise CommandError(
                 "the Edge cannot listen (is another Edge already running on these ports? "
                 "stop it, or change the listen addresses in the config)"

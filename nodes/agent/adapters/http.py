@@ -20,6 +20,7 @@ import msgspec
 from nodes.agent.adapters.base import AdapterError
 from nodes.agent.limits import DEFAULT_LIMITS, Limits
 from nodes.agent.secrets import redact, resolve_secret
+from nodes.agent.tracing import UpstreamCall, upstream_call
 from nodes.wire import (
     MAX_RETRY_AFTER_S,
     PHASE_AFTER_FIRST_BYTE,
@@ -173,19 +174,30 @@ class Upstream:
         self._headers, self._body, self._secrets = dict(headers), body, secrets
         self._first_byte_s, self._idle_s = first_byte_s, idle_s
         self._deadline = 0.0
+        self._call: UpstreamCall | None = None  # R-OBS-1, R-OBS-2: a run's call is observed
         self._resp: aiohttp.ClientResponse | None = None
         self._eof = False
         self.started = False  # True once any body byte arrived
 
     async def __aenter__(self) -> Upstream:
+        self._call = call = upstream_call(self._method, self._url)
+        try:
+            return await self._open(call)
+        except BaseException as exc:
+            if call is not None:
+                call.done(self.status, getattr(exc, "code", type(exc).__name__))
+            raise
+
+    async def _open(self, call: UpstreamCall | None) -> Upstream:
         loop = asyncio.get_running_loop()
         self._deadline = loop.time() + self._first_byte_s
+        headers = self._headers if call is None else {**self._headers, **call.headers}
         try:
             async with asyncio.timeout_at(self._deadline):
                 self._resp = await self._http.session().request(
                     self._method,
                     self._url,
-                    headers=self._headers,
+                    headers=headers,
                     data=self._body,
                     allow_redirects=False,  # R-TLS-4: a 3xx is an upstream_error
                 )
@@ -215,6 +227,9 @@ class Upstream:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._call is not None:
+            code = None if exc is None else getattr(exc, "code", type(exc).__name__)
+            self._call.done(self.status, code)
         if self._resp is None:
             return
         if self._eof:

@@ -1,0 +1,92 @@
+"""The request log (R-OBS-1): one ledger row per finished request, found by its request id.
+
+The meter keeps rows in a bounded list and writes them with its batch (never per request on
+the request path); rows older than ``IOP_REQUEST_LOG_RETENTION_DAYS`` (7 by default, 0 keeps
+all) are deleted by the same flush. A full list drops the newest rows and counts them
+(``iop_request_log_dropped_total``); the hourly usage buckets still count every request.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from pool.metering.labels import RequestLabels, RequestRecord
+
+RETENTION_SETTING = "IOP_REQUEST_LOG_RETENTION_DAYS"
+DEFAULT_RETENTION_DAYS = 7
+MAX_PENDING_ROWS = 20_000  # about four seconds of a busy Edge between flushes, at most
+_BATCH_SIZE = 1000
+
+
+def request_log_retention_days() -> int:
+    days = getattr(settings, RETENTION_SETTING, DEFAULT_RETENTION_DAYS)
+    if not isinstance(days, int) or isinstance(days, bool) or days < 0:
+        raise ImproperlyConfigured(f"{RETENTION_SETTING}: must be 0 (keep all) or more days")
+    return days
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(max(seconds, 0.0) * 1000, 3)
+
+
+class PendingRequests:
+    """Rows not yet written, bounded; each is a tuple in ``RequestLogEntry.ROW_FIELDS`` order."""
+
+    __slots__ = ("_rows", "dropped", "max_rows")
+
+    def __init__(self, max_rows: int = MAX_PENDING_ROWS) -> None:
+        self.max_rows = max_rows
+        self._rows: list[tuple[object, ...]] = []
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def add(
+        self, at: float, record: RequestRecord, lab: RequestLabels, tokens: tuple[int, int]
+    ) -> bool:
+        """Keep one finished request; False when the list is full (the row is dropped)."""
+        if len(self._rows) >= self.max_rows:
+            self.dropped += 1
+            return False
+        self._rows.append((
+            record.request_id[:128], at, record.trace_id[:32], lab.operation,
+            lab.principal_ref, lab.token_ref, lab.model_group, lab.provider,
+            (record.node_id or "")[:200], int(record.status), lab.code, tokens[0], tokens[1],
+            bool(record.estimated), bool(record.stream), _ms(record.queue_wait_s),
+            _ms(record.ttft_s), _ms(record.duration_s),
+        ))  # fmt: skip
+        return True
+
+    def take(self) -> list[tuple[object, ...]]:
+        rows, self._rows = self._rows, []
+        return rows
+
+    def merge(self, rows: list[tuple[object, ...]]) -> None:
+        """Put back rows a failed write could not store (the same bound applies)."""
+        room = max(self.max_rows - len(self._rows), 0)
+        self.dropped += max(len(rows) - room, 0)
+        self._rows[:0] = rows[:room]
+
+
+def write_rows(rows: list[tuple[object, ...]], prune_before: datetime | None) -> int:
+    """Insert ``rows`` and delete entries older than ``prune_before`` (sync, worker thread)."""
+    from django.db import transaction
+
+    from pool.metering.models import RequestLogEntry
+
+    fields = RequestLogEntry.ROW_FIELDS
+    with transaction.atomic():
+        if rows:
+            entries = []
+            for row in rows:
+                values = dict(zip(fields, row, strict=True))
+                values["at"] = datetime.fromtimestamp(values["at"], tz=UTC)  # type: ignore[arg-type]
+                entries.append(RequestLogEntry(**values))
+            RequestLogEntry.objects.bulk_create(entries, batch_size=_BATCH_SIZE)
+        if prune_before is not None:
+            RequestLogEntry.objects.filter(at__lt=prune_before).delete()
+    return len(rows)
