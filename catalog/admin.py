@@ -181,7 +181,7 @@ class ModelGroupAdmin(CatalogAdmin):
     list_display = ("key", "usage_attribution", "targets_display", "order")
     list_filter = ("usage_attribution", "targets__provider__node", "targets__provider")
     search_fields = ("key", "targets__provider__key", "targets__served_model")
-    fields = ("key", "usage_attribution", "settings", "order")
+    fields = ("key", "usage_attribution", "fallbacks", "settings", "order")
     inlines = (ModelProviderInline,)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
@@ -205,6 +205,7 @@ class PrincipalTokenAdmin(CatalogAdmin):
         "rpm",
         "tpm",
         "max_queued",
+        "budget",
         "order",
     )
     list_filter = ("principal_ref",)
@@ -212,8 +213,15 @@ class PrincipalTokenAdmin(CatalogAdmin):
     fieldsets = (
         (None, {"fields": ("token_ref", "principal_ref", "alias", "token_hash_sha256")}),
         (
-            "policy (R-PRIN-1..3, live)",
-            {"fields": ("model_groups", ("max_in_flight", "max_queued"), ("rpm", "tpm"))},
+            "policy (R-PRIN-1..3, R-BUD-1, live)",
+            {
+                "fields": (
+                    "model_groups",
+                    ("max_in_flight", "max_queued"),
+                    ("rpm", "tpm"),
+                    "budget",
+                )
+            },
         ),
         (None, {"fields": ("settings", "order")}),
     )

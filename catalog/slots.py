@@ -153,6 +153,11 @@ def check_bindings(
             raise CredentialError(f"unknown slot {slot_id!r}")
         family = snapshot.profile_family(slot.profile)
         for provider in served:
+            if provider.profile.adapter == "cli" and provider.credential_env is None:
+                raise CredentialError(  # R-MGD-11: a slot secret never goes in argv
+                    f"provider {provider.id!r} is a cli provider without credential_env: "
+                    "name the environment variable its slot secret goes in"
+                )
             wanted = snapshot.profile_family(provider.profile.name)
             if family != wanted:
                 raise CredentialError(

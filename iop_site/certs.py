@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from secretref.keyfiles import create_private
 
 DEFAULT_DAYS = 825  # the longest lifetime clients commonly accept for a server certificate
 
@@ -26,19 +27,17 @@ class Issued:
     key: ec.EllipticCurvePrivateKey
 
     def write(self, directory: Path, stem: str) -> tuple[Path, Path]:
-        """Write ``stem.crt`` (0644) and ``stem.key`` (0600); return both paths."""
+        """Write ``stem.key`` (created exclusively, 0600, R-TLS-5) and ``stem.crt`` (0644);
+        return both paths. ``PrivateFileError`` when the key file exists."""
         directory.mkdir(parents=True, exist_ok=True)
         cert_path, key_path = directory / f"{stem}.crt", directory / f"{stem}.key"
-        cert_path.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
         key_bytes = self.key.private_bytes(
             serialization.Encoding.PEM,
             serialization.PrivateFormat.PKCS8,
             serialization.NoEncryption(),
         )
-        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(key_bytes)
-        os.chmod(key_path, 0o600)  # an existing file keeps its mode through O_CREAT
+        create_private(key_path, key_bytes)
+        cert_path.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
         return cert_path, key_path
 
 

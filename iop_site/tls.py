@@ -17,6 +17,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from catalog.config import EdgeSnapshot, HostPort, TLSFiles
+from secretref.keyfiles import PrivateFileError, check_private
 
 _BACKLOG = 1024  # Twisted's default is 50 (docs/performance.md)
 # TLS 1.2 suites: forward-secret AEAD only (TLS 1.3 suites are all of that kind already).
@@ -79,6 +80,10 @@ def certificate_options(tls: TLSFiles, where: str) -> Any:
         raise TLSFileError(
             f"{where}.key_file: {tls.key_file} holds no unencrypted PEM private key"
         ) from None
+    try:  # R-TLS-5: a private key others can read is refused, with the fix
+        check_private(tls.key_file, f"{where}.key_file")
+    except PrivateFileError as exc:
+        raise TLSFileError(str(exc)) from None
     options: dict[str, Any] = {}
     if tls.client_ca_file is not None:
         cas = _certs(tls.client_ca_file, f"{where}.client_ca_file")

@@ -11,6 +11,7 @@ Django. See docs/credentials.md.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -23,6 +24,8 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from secretref.keyfiles import PrivateFileError, check_private
+
 VERSION = 1
 HKDF_INFO = b"iop-edge lease envelope v1"
 NONCE_BYTES = 12
@@ -32,6 +35,11 @@ MAX_KEY_FILE_BYTES = 16 * 1024
 
 class KeyFileError(ValueError):
     """A managed-mode key file cannot be used; the message names the file, never a key."""
+
+
+class KeyFileExposed(KeyFileError):
+    """A private key file its group or others can read (R-TLS-5): the process does not
+    start; the message names the file and the fix."""
 
 
 def load_key(path: str, what: str, kind: type, label: str, *, private: bool) -> Any:
@@ -53,7 +61,17 @@ def load_key(path: str, what: str, kind: type, label: str, *, private: bool) -> 
         raise KeyFileError(f"{what}: {path} is not a PEM {side} key") from None
     if not isinstance(key, kind):
         raise KeyFileError(f"{what}: {path} is not an {label} {side} key")
+    if private:
+        try:
+            check_private(Path(path).expanduser(), what)
+        except PrivateFileError as exc:
+            raise KeyFileExposed(str(exc)) from None
     return key
+
+
+def key_id(public: X25519PublicKey) -> str:
+    """A recipient key's id derived from the key itself (``iop-node keygen``, R-TLS-5)."""
+    return "x25519-" + hashlib.sha256(raw_public(public)).hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)

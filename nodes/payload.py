@@ -51,6 +51,7 @@ def compile_payload(snapshot: EdgeSnapshot, node_id: str) -> wire.NodePayload:
                 run_timeout_s=(spec.run_timeout_ms / 1000) if spec.run_timeout_ms else None,
                 probe_interval_s=spec.probe_interval_s,
                 probe_command=list(spec.probe_command) if spec.probe_command else None,
+                credential_env=spec.credential_env,
             )
         )
     body = msgspec.to_builtins(providers)

@@ -77,6 +77,7 @@ class ProviderPayload(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=
     extensions: dict[str, Any] = {}  # unused: the Edge applies a profile's extensions itself
     probe_interval_s: float = 0.0  # R-HEALTH-3: 0 = no active probe
     probe_command: list[str] | None = None  # cli adapter: the probe; exit 0 = healthy
+    credential_env: str | None = None  # cli adapter, managed mode: the slot secret's env name
 
 
 class NodePayload(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):

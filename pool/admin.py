@@ -33,6 +33,7 @@ class UsageBucketAdmin(ReadOnlyAdmin):
         "principal_ref",
         "token_ref",
         "estimated",
+        "requested_group",
         "requests",
         "errors",
         "input_tokens",
@@ -45,6 +46,7 @@ class UsageBucketAdmin(ReadOnlyAdmin):
         "principal_ref",
         "token_ref",
         "estimated",
+        "requested_group",
         "bucket_start",
     )
     search_fields = ("model_group", "attributed_to", "principal_ref", "token_ref")

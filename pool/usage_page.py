@@ -7,6 +7,7 @@ page needs no script and no charting library (``docs/metering.md``, "Usage chart
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from django import forms
@@ -16,6 +17,9 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
+from catalog.config.periods import period_bounds
+from catalog.models import PrincipalToken
+from edgekit.running import running_edge
 from pool.metering import NO_LABEL
 from pool.models import UsageBucket
 from pool.usage_series import (
@@ -79,6 +83,41 @@ def _rows(queryset: QuerySet, key: str) -> list[Row]:
     ]
 
 
+def budgets() -> dict[str, tuple[int, str]]:
+    """R-BUD-1: each budgeted principal's (tokens, period): the running Edge's, else the
+    catalog's."""
+    edge = running_edge()
+    if edge is not None:
+        return {
+            t.principal_ref: (t.budget.tokens, t.budget.period)
+            for t in edge.snapshot.principal_tokens
+            if t.budget is not None
+        }
+    found: dict[str, tuple[int, str]] = {}
+    for ref, budget in PrincipalToken.objects.exclude(budget=None).values_list(
+        "principal_ref", "budget"
+    ):
+        if isinstance(budget, dict) and isinstance(budget.get("tokens"), int):
+            found.setdefault(ref, (budget["tokens"], str(budget.get("period"))))
+    return found
+
+
+def carried_into(window_start: datetime, wanted: dict[str, tuple[int, str]]) -> dict[str, int]:
+    """Tokens each budgeted principal used in its period before the window starts."""
+    carried: dict[str, int] = {}
+    at = int(window_start.timestamp())
+    for ref, (_, period) in wanted.items():
+        start = period_bounds(period, at)[0]
+        if start < at:
+            sums = UsageBucket.objects.filter(
+                principal_ref=ref,
+                bucket_start__gte=datetime.fromtimestamp(start, tz=UTC),
+                bucket_start__lt=window_start,
+            ).aggregate(**SUMS)
+            carried[ref] = (sums["input_tokens"] or 0) + (sums["output_tokens"] or 0)
+    return carried
+
+
 def usage_context(params: Any) -> dict[str, Any]:
     """Filters, window and both sections for the query string ``params``."""
     form = UsageFilter(params, _distinct("principal_ref"), _distinct("model_group"))
@@ -92,6 +131,11 @@ def usage_context(params: Any) -> dict[str, Any]:
         queryset = queryset.filter(principal_ref=chosen["principal"])
     if chosen.get("model_group"):
         queryset = queryset.filter(model_group=chosen["model_group"])
+    by_principal = _rows(queryset, "principal_ref")
+    shown = {row.key for row in by_principal}
+    # R-BUD-1: the budget counts every group, so a chart of one group draws no budget
+    wanted = {} if chosen.get("model_group") else {r: b for r, b in budgets().items() if r in shown}
+    carried = carried_into(window.start, wanted)
     return {
         "form": form,
         "range_label": RANGES[range_key][0],
@@ -100,12 +144,14 @@ def usage_context(params: Any) -> dict[str, Any]:
             (
                 "principal",
                 "By principal",
-                build_section(_rows(queryset, "principal_ref"), window, {NO_LABEL: NO_PRINCIPAL}),
+                build_section(
+                    by_principal, window, wanted, carried, titles={NO_LABEL: NO_PRINCIPAL}
+                ),
             ),
             (
                 "model_group",
                 "By model group",
-                build_section(_rows(queryset, "model_group"), window, {NO_LABEL: NO_GROUP}),
+                build_section(_rows(queryset, "model_group"), window, titles={NO_LABEL: NO_GROUP}),
             ),
         ],
         "x_labels": x_labels(window),

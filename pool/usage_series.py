@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
+from catalog.config.periods import period_bounds
+
 WIDTH, HEIGHT = 640, 150  # the plot area in SVG units, inside the margins below
 LEFT, TOP, BOTTOM = 56, 8, 22
 MAX_CHARTS = 24  # entities per section: the busiest ones; the page says how many were left out
@@ -24,6 +26,7 @@ RANGES: dict[str, tuple[str, timedelta, str]] = {
     "90d": ("last 90 days, daily", timedelta(days=90), "day"),
 }
 METRICS = ("requests", "errors", "input_tokens", "output_tokens")
+BUDGET_USED = "budget_used"  # R-BUD-1: tokens used in the budget's period up to each bucket
 PANELS = (("requests", ("requests", "errors")), ("tokens", ("input_tokens", "output_tokens")))
 
 
@@ -86,6 +89,8 @@ class Panel:
     series: tuple[Series, ...]
     top: int  # the y axis maximum
     y_ticks: tuple[tuple[float, str], ...]  # (y, label)
+    limit: int | None = None  # R-BUD-1: the budget, drawn as a line at ``limit_y``
+    limit_y: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +133,12 @@ def y_of(value: int, top: int) -> float:
     return TOP + HEIGHT - HEIGHT * value / top
 
 
-def _panel(name: str, metrics: tuple[str, ...], values: dict[str, list[int]]) -> Panel:
-    top = nice_top(max((max(values[m], default=0) for m in metrics), default=0))
+def _panel(
+    name: str, metrics: tuple[str, ...], values: dict[str, list[int]], limit: int | None = None
+) -> Panel:
+    top = nice_top(max((max(values[m], default=0) for m in metrics), default=limit or 0))
+    if limit is not None:
+        top = nice_top(max(top, limit))
     series = []
     for metric in metrics:
         vals = values[metric]
@@ -138,13 +147,34 @@ def _panel(name: str, metrics: tuple[str, ...], values: dict[str, list[int]]) ->
         )
         series.append(Series(metric, tuple(vals), points, sum(vals)))
     ticks = tuple((y_of(v, top), short(v)) for v in (0, top // 2, top) if v or top == 0)
-    return Panel(name, tuple(series), top, ticks)
+    limit_y = None if limit is None else y_of(limit, top)
+    return Panel(name, tuple(series), top, ticks, limit, limit_y)
+
+
+def budget_used(
+    values: dict[str, list[int]], starts: list[datetime], period: str, carried: int
+) -> list[int]:
+    """Tokens used in the budget's period up to each bucket, starting again at each period's
+    start; ``carried`` is what the period used before the window's first bucket."""
+    used, total = [], carried
+    for i, start in enumerate(starts):
+        at = int(start.timestamp())
+        if i and period_bounds(period, at)[0] == at:
+            total = 0
+        total += values["input_tokens"][i] + values["output_tokens"][i]
+        used.append(total)
+    return used
 
 
 def build_section(
-    rows: Iterable[Row], window: Window, titles: Mapping[str, str] | None = None
+    rows: Iterable[Row],
+    window: Window,
+    budgets: dict[str, tuple[int, str]] | None = None,
+    carried: dict[str, int] | None = None,
+    titles: Mapping[str, str] | None = None,
 ) -> Section:
-    """A chart per key (busiest first by requests, then by key), each over every bucket;
+    """A chart per key (busiest first by requests, then by key), each over every bucket; a key
+    with a budget (``tokens, period``) gets a third panel: its period's usage and the budget.
     ``titles`` names a key in words (the ledger's ``-``, docs/metering.md)."""
     starts = window.starts
     index = {start: i for i, start in enumerate(starts)}
@@ -160,6 +190,11 @@ def build_section(
     charts = []
     for key, values in ranked[:MAX_CHARTS]:
         panels = tuple(_panel(name, metrics, values) for name, metrics in PANELS)
+        budget = (budgets or {}).get(key)
+        if budget is not None:
+            limit, period = budget
+            used = budget_used(values, starts, period, (carried or {}).get(key, 0))
+            panels += (_panel("budget", (BUDGET_USED,), {BUDGET_USED: used}, limit),)
         totals = {m: sum(values[m]) for m in METRICS}
         charts.append(Chart(key, totals, panels, (titles or {}).get(key, key)))
     return Section(tuple(charts), max(0, len(ranked) - MAX_CHARTS))

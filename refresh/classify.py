@@ -52,6 +52,12 @@ LIVE_PARAMETERS: tuple[Parameter, ...] = (
         "provider_pool.queue_timeout_ms", "root queue wait bound (R-POOL-4)", ">= 0, 0 = none"
     ),
     Parameter(
+        "models[*].fallbacks",
+        "model groups tried in order when this one cannot serve (R-FALL-1)",
+        "known group ids, no loop, no GLM plan crossing, omitted = none",
+        subtree=True,
+    ),
+    Parameter(
         "models[*].translate",
         "serve operations a provider's driver lacks by translation (R-XLATE-1)",
         "bool, default false",
@@ -116,6 +122,12 @@ LIVE_PARAMETERS: tuple[Parameter, ...] = (
         "openai.principal_tokens[*].tpm",
         "principal token tokens per window (R-PRIN-2)",
         ">= 1, omitted = none",
+    ),
+    Parameter(
+        "openai.principal_tokens[*].budget",
+        "principal token budget per UTC calendar period (R-BUD-1)",
+        "{tokens: >= 1, period: day | week | month}, omitted = none",
+        subtree=True,
     ),
     Parameter(
         "openai.principal_tokens[*].max_queued",

@@ -1,11 +1,14 @@
-"""`make bench` cell: what per-token policy checks cost at c=16 (R-PRIN-1..3).
+"""`make bench` cell: what per-token policy checks cost at c=16 (R-PRIN-1..3, R-BUD-1,
+R-FALL-1).
 
-One Edge with three principal tokens: ``plain`` and ``control`` (no policy) and ``limited``
-(a model scope, max_in_flight, rpm, tpm and max_queued, all too high to ever refuse). wrk
-runs non-stream chat at c=16 with each token in turn, the order rotating per round, on the
-same Edge and upstream. The cost is the ratio of the medians of ``limited`` and ``plain``;
-the same ratio for ``control`` (an A/A run) is the noise floor of that invocation. Reports,
-never asserts (docs/performance-history.md, "Per-token limits").
+One Edge with four principal tokens: ``plain`` and ``control`` (no policy), ``limited``
+(a model scope, max_in_flight, rpm, tpm and max_queued, all too high to ever refuse) and
+``budgeted`` (a budget too high to ever refuse, asking a model group that has a fallback
+which is never needed). wrk runs non-stream chat at c=16 with each token in turn, the order
+rotating per round, on the same Edge and upstream. The cost of a policy is the ratio of the
+medians of its token and ``plain``; the same ratio for ``control`` (an A/A run) is the noise
+floor of that invocation. Reports, never asserts (docs/performance-history.md, "Per-token
+limits").
 
 Alone: ``.venv/bin/python scripts/bench_limits.py [--seconds 3 --rounds 5]``.
 """
@@ -32,8 +35,10 @@ from tests.support import Stack, sha256_hex  # noqa: E402
 
 CONCURRENCY = 16
 BODY = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "ping"}]}).encode()
+FALLBACK_BODY = BODY.replace(b'"bench"', b'"bench-fb"')  # a group with a fallback, not used
 NEVER = 2**31 - 1
-TOKENS = ("plain", "control", "limited")
+TOKENS = ("plain", "control", "limited", "budgeted")
+BUDGETED_POLICY = {"budget": {"tokens": 10**15, "period": "month"}}
 LIMITED_POLICY = {
     "models": ["bench"],
     "max_in_flight": 100_000,
@@ -43,10 +48,13 @@ LIMITED_POLICY = {
 }
 
 
+POLICIES = {"limited": LIMITED_POLICY, "budgeted": BUDGETED_POLICY}
+
+
 def _token(name: str, raw: str, policy: dict[str, Any]) -> dict[str, Any]:
     return {
         "token_ref": f"bench-{name}",
-        "principal_ref": "bench",
+        "principal_ref": f"bench-{name}",
         "token_hash_sha256": sha256_hex(raw),
         **policy,
     }
@@ -69,12 +77,18 @@ def measure(upstream_port: int, seconds: float, rounds: int) -> dict[str, Any]:
                     "base_url": f"http://127.0.0.1:{upstream_port}/v1",
                 }
             ],
-            models=[{"id": "bench", "providers": {"p-bench": "bench-served"}}],
+            models=[
+                {"id": "bench", "providers": {"p-bench": "bench-served"}},
+                {
+                    "id": "bench-fb",
+                    "providers": {"p-bench": "bench-served"},
+                    "fallbacks": ["bench"],
+                },
+            ],
             pool={"max_queue": 1024},
             openai={
                 "principal_tokens": [
-                    _token(name, raw[name], LIMITED_POLICY if name == "limited" else {})
-                    for name in TOKENS
+                    _token(name, raw[name], POLICIES.get(name, {})) for name in TOKENS
                 ]
             },
             log_level="WARNING",
@@ -84,14 +98,15 @@ def measure(upstream_port: int, seconds: float, rounds: int) -> dict[str, Any]:
         assert stack.edge is not None and stack.edge.popen is not None
         edge_pid = stack.edge.popen.pid
         cpu_ms: dict[str, list[float]] = {name: [] for name in TOKENS}
-        for token in raw.values():  # warm-up: connections, caches
-            run_wrk(url, BODY, token, CONCURRENCY, 1)
+        bodies = {name: FALLBACK_BODY if name == "budgeted" else BODY for name in TOKENS}
+        for name, token in raw.items():  # warm-up: connections, caches
+            run_wrk(url, bodies[name], token, CONCURRENCY, 1)
         runs: dict[str, list[WrkResult]] = {name: [] for name in TOKENS}
         for turn in range(rounds):
-            order = TOKENS[turn % 3 :] + TOKENS[: turn % 3]
+            order = TOKENS[turn % len(TOKENS) :] + TOKENS[: turn % len(TOKENS)]
             for name in order:
                 cpu_before = cpu_seconds(edge_pid)
-                result = run_wrk(url, BODY, raw[name], CONCURRENCY, seconds)
+                result = run_wrk(url, bodies[name], raw[name], CONCURRENCY, seconds)
                 cpu = (cpu_seconds(edge_pid) - cpu_before) * 1000 / max(1, result.requests)
                 cpu_ms[name].append(cpu)
                 print(
@@ -116,8 +131,10 @@ def measure(upstream_port: int, seconds: float, rounds: int) -> dict[str, Any]:
         "edge_cpu_ms": {name: round(statistics.median(found), 4) for name, found in cpu_ms.items()},
         "errors": {name: sum(r.errors for r in found) for name, found in runs.items()},
         "cost_pct": round(100 * (1 - medians["limited"] / medians["plain"]), 2),
+        "budget_cost_pct": round(100 * (1 - medians["budgeted"] / medians["plain"]), 2),
         "noise_pct": round(100 * (1 - medians["control"] / medians["plain"]), 2),
         "check_us": round(check_cost_us(), 3),
+        "budget_us": round(budget_cost_us(), 3),
         "load_before": [round(v, 2) for v in load_before],
         "load_after": [round(v, 2) for v in os.getloadavg()],
     }
@@ -138,6 +155,26 @@ def check_cost_us(iterations: int = 200_000) -> float:
     return (time.perf_counter() - started) * 1e6 / iterations
 
 
+def budget_cost_us(iterations: int = 200_000) -> float:
+    """In-process cost of one budgeted request's own work: the admission check with its
+    headers and the meter's add (microseconds); against the same loop with no budget."""
+    from pool.http.budgets import Budgets
+    from pool.metering.budget_view import BudgetView
+
+    def loop(periods: dict[str, str], limits: dict[str, int]) -> float:
+        view = BudgetView()
+        view.configure(periods)
+        budgets = Budgets(view)
+        budgets._limits = limits  # the snapshot's, without building one
+        started = time.perf_counter()
+        for _ in range(iterations):
+            budgets.admit("bench-budgeted")
+            view.add("bench-budgeted", 0, 30)
+        return (time.perf_counter() - started) * 1e6 / iterations
+
+    return loop({"bench-budgeted": "month"}, {"bench-budgeted": 10**15}) - loop({}, {})
+
+
 def render(result: dict[str, Any]) -> str:
     med, p50, cpu = result["median_rps"], result["p50_ms"], result["edge_cpu_ms"]
     return "\n".join(
@@ -150,11 +187,15 @@ def render(result: dict[str, Any]) -> str:
             f"edge CPU {cpu['control']:.3f} ms/req",
             f"  scope + limits {med['limited']:8.0f} req/s  p50 {p50['limited']:.2f} ms  "
             f"edge CPU {cpu['limited']:.3f} ms/req",
-            f"  cost {result['cost_pct']:+.2f}% throughput (target < 3%); noise floor "
+            f"  budget+fallback{med['budgeted']:8.0f} req/s  p50 {p50['budgeted']:.2f} ms  "
+            f"edge CPU {cpu['budgeted']:.3f} ms/req",
+            f"  cost {result['cost_pct']:+.2f}% throughput (target < 3%), budget and fallback "
+            f"configured {result['budget_cost_pct']:+.2f}%; noise floor "
             f"(A/A) {result['noise_pct']:+.2f}%; errors "
             f"{result['errors']}; load average {result['load_before']} -> "
             f"{result['load_after']}",
-            f"  in process: {result['check_us']:.2f} us per request for admit + headers + finish",
+            f"  in process: {result['check_us']:.2f} us per request for admit + headers + finish; "
+            f"a budget adds {result['budget_us']:.2f} us (check, headers, count)",
         ]
     )
 

@@ -52,6 +52,31 @@ async def test_an_upstream_answering_503_fails_the_probe_r_health_3(upstream, tm
     assert (result.ok, result.reason) == (False, "upstream answered HTTP 503")
 
 
+@pytest.mark.parametrize("status", [401, 403])
+async def test_a_probe_without_a_credential_takes_401_or_403_as_reachable_r_mgd_10(
+    upstream, tmp_path, status
+):
+    """R-MGD-10: a managed provider's probe carries no secret (the Node has none between
+    runs); the upstream's 401/403 says it is there, so the probe reports it healthy."""
+    upstream.faults.status = status
+    provider = openai_provider(upstream.url, pid="p", auth=wire.AuthPayload(type="bearer"), **PROBE)
+    result = await first_result(node_payload(provider), tmp_path)
+    assert (result.ok, result.reason) == (True, "")
+    assert "authorization" not in upstream.requests[0].headers
+
+
+async def test_a_probe_with_a_credential_still_fails_on_401(upstream, tmp_path, monkeypatch):
+    """A configured credential that the upstream refuses is a real failure (legacy mode)."""
+    monkeypatch.setenv("PROBE_KEY", "sk-probe-key")
+    upstream.faults.status = 401
+    provider = openai_provider(
+        upstream.url, pid="p", auth=wire.AuthPayload(type="bearer"),
+        credential=wire.SecretRefPayload(env="PROBE_KEY"), **PROBE,
+    )  # fmt: skip
+    result = await first_result(node_payload(provider), tmp_path)
+    assert (result.ok, result.reason) == (False, "upstream answered HTTP 401")
+
+
 async def test_a_refused_connection_fails_the_probe_without_naming_the_address(tmp_path):
     url = f"http://127.0.0.1:{free_port()}"
     result = await first_result(node_payload(openai_provider(url, pid="p", **PROBE)), tmp_path)

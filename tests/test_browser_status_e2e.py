@@ -158,5 +158,5 @@ def test_status_page_shows_a_provider_its_node_refuses_with_the_reason_live(
     row = page.locator(denied)
     assert row.get_attribute("data-state") == "unavailable"
     reason = row.locator('[data-field="unavailable"]').inner_text()
-    assert reason == "refused by node policy: command /bin/false is not an allowed command prefix"
+    assert reason == "refused by node policy: command /bin/false is not an allowed command"
     assert page.locator('tr[data-provider="p-slow"]').get_attribute("data-state") == "idle"

@@ -127,6 +127,22 @@ def test_model_group_inline_mapping_edit_is_saved_in_document_order(staff, catal
     assert list(providers) == ["vllm-local", "ollama-local"]
 
 
+def test_fallbacks_are_edited_on_the_group_and_a_loop_is_refused(staff, catalog):
+    """R-FALL-1, R-FALL-2: the column holds the list; a chain back to the group is refused
+    whole, naming the path."""
+    group = ModelGroup.objects.get(key="qwen-local")
+    data = page_data(staff.get(change_url(group)))
+    data["fallbacks"] = '["echo"]'
+    assert staff.post(change_url(group), data).status_code == 302
+    assert catalog_to_document()["models"][0]["fallbacks"] == ["echo"]
+    echo = ModelGroup.objects.get(key="echo")
+    back = page_data(staff.get(change_url(echo)))
+    back["fallbacks"] = '["qwen-local"]'
+    response = staff.post(change_url(echo), back)
+    assert response.status_code == 200
+    assert b"the fallback chain loops" in response.content
+
+
 def test_inline_mapping_against_the_profile_model_mapping_is_refused(staff, catalog):
     """R-PROF-5: a served model must agree with the profile's model_mapping."""
     group = ModelGroup.objects.get(key="qwen-local")
@@ -208,6 +224,7 @@ def test_principal_token_form_holds_a_hash_and_says_how_to_mint(staff, catalog):
         "max_queued",
         "rpm",
         "tpm",
+        "budget",
         "settings",
         "order",
     }
@@ -240,6 +257,21 @@ def test_principal_token_policy_is_edited_per_token_and_exported(staff, catalog)
     assert staff.post(change_url(token), data).status_code == 302
     entry = catalog_to_document()["openai"]["principal_tokens"][1]
     assert "models" not in entry and "rpm" not in entry and "max_queued" not in entry
+
+
+def test_a_budget_is_edited_in_the_admin_exported_and_checked_r_bud_1(staff, catalog):
+    """R-BUD-1: the budget is a column of the token row, in the document, validated whole."""
+    token = PrincipalToken.objects.get(token_ref="app-ci")
+    data = page_data(staff.get(change_url(token)))
+    data.update({"model_groups": [], "budget": '{"tokens": 5000, "period": "week"}'})
+    response = staff.post(change_url(token), data)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    entry = catalog_to_document()["openai"]["principal_tokens"][1]
+    assert entry["budget"] == {"tokens": 5000, "period": "week"}
+    data["budget"] = '{"tokens": 0, "period": "week"}'
+    response = staff.post(change_url(token), data)
+    assert response.status_code == 200  # refused whole, naming the path
+    assert b"openai.principal_tokens[1].budget.tokens" in response.content
 
 
 def test_edge_settings_cannot_be_added_twice_or_deleted(staff, catalog):

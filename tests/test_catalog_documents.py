@@ -107,6 +107,24 @@ def test_principal_token_policy_survives_the_round_trip_in_its_columns():
     assert load_snapshot(exported) == load_snapshot(original)
 
 
+def test_budgets_and_fallbacks_survive_the_round_trip_in_their_columns():
+    """R-BUD-1, R-FALL-1: a principal's budget and a group's fallbacks are catalog columns."""
+    original = example()
+    budget = {"tokens": 5000, "period": "month"}
+    original["openai"]["principal_tokens"][0]["budget"] = budget
+    group = original["models"][0]
+    group["fallbacks"] = [m["id"] for m in original["models"][1:2]]
+    document_to_catalog(original)
+    token = PrincipalToken.objects.get(token_ref="app-notebook")
+    assert (token.budget, token.settings) == (budget, {})
+    row = ModelGroup.objects.get(key=group["id"])
+    assert row.fallbacks == group["fallbacks"] and "fallbacks" not in row.settings
+    exported = catalog_to_document()
+    assert exported["openai"]["principal_tokens"][0]["budget"] == budget
+    assert exported["models"][0]["fallbacks"] == group["fallbacks"]
+    assert load_snapshot(exported) == load_snapshot(original)
+
+
 def test_managed_mode_sections_survive_the_round_trip():
     original = managed_example()
     document_to_catalog(original)

@@ -381,3 +381,35 @@ def test_admin_listen_must_be_loopback():
         assert load_issues(document) == [
             "admin.listen: must be a loopback address (127.0.0.0/8, ::1 or localhost)"
         ]
+
+
+def test_credential_env_names_a_managed_cli_programs_slot_secret_variable_r_mgd_11():
+    """R-MGD-11: a managed cli provider names the environment variable its slot secret goes
+    in; it reaches the Node's payload. A name that changes how programs load is refused on
+    the Edge as on the Node (R-TLS-3); the key is for cli providers in managed mode only."""
+    from nodes.payload import compile_payload
+
+    document = _managed(example_document())
+    providers = document["nodes"][0]["providers"]
+    assert providers[2]["type"] == "cli"
+    providers[2]["credential_env"] = "TOOL_API_KEY"
+    snapshot = load_snapshot(document)
+    payload = compile_payload(snapshot, document["nodes"][0]["id"])
+    cli = next(p for p in payload.providers if p.id == providers[2]["id"])
+    assert cli.credential_env == "TOOL_API_KEY"
+    providers[2]["credential_env"] = "LD_PRELOAD"
+    providers[0]["credential_env"] = "KEY"
+    assert load_issues(document) == [
+        "nodes[0].providers[0].credential_env: is only for cli providers",
+        "nodes[0].providers[2].credential_env: is refused: LD_PRELOAD changes how programs "
+        "load or what they run",
+    ]
+    legacy = example_document()
+    legacy["nodes"][0]["providers"][2]["credential_env"] = "TOOL_API_KEY"
+    legacy["nodes"][0]["providers"][2]["env"] = {"PYTHONPATH": {"env": "X"}}
+    assert load_issues(legacy) == [
+        "nodes[0].providers[2].credential_env: is only used in managed mode "
+        "(credential_plane.enabled); otherwise give the program its secrets with env",
+        "nodes[0].providers[2].env.PYTHONPATH: is refused: PYTHONPATH changes how programs "
+        "load or what they run",
+    ]

@@ -13,7 +13,7 @@ What the test changes, and nothing else:
   config becomes a loopback fake OpenAI-compatible upstream, and ``$GLM_API_KEY`` a test
   secret;
 - ``<placeholders>`` get what the page's ``iop_token`` printed, as the reader pastes it, and
-  the page's "copy to the Node machine" prose is done by the test (the files it names);
+  the page's "copy to the other machine" prose is done by the test (the files it names);
 - the Edge install: the pages' ``python3 -m venv .venv`` and ``pip install -e '.[edge]'``
   are the Makefile's own install, so the project's ``.venv`` (made by exactly that line)
   stands for them; every other line of that block (``migrate``) runs as written, on a new
@@ -50,7 +50,7 @@ READY_TIMEOUT_S = 60.0
 
 def printed(output: str, label: str) -> str:
     """The value after ``label:`` in a command's output (what the reader copies)."""
-    match = re.search(rf"^{label}:\s*(\S+)$", output, re.MULTILINE)
+    match = re.search(rf"^\s*{label}:\s*(\S+)$", output, re.MULTILINE)
     assert match, f"no {label} in:\n{output}"
     return match.group(1)
 
@@ -123,19 +123,22 @@ def test_credentials_page_sets_up_managed_mode_on_two_machines_as_written(
         node = Machine("node", tmp_path)
         machines += [edge, node]
 
+        node.link_project_venv()  # the Node installed, as step 1 asks
+        keygen = page.run("node-keygen", node)
+        page.filled["<the key id keygen printed>"] = printed(keygen, "recipient_key_id")
+        assert stat.S_IMODE((node.etc / "recipient.key").stat().st_mode) == 0o600
+        copy(node.etc / "recipient.pub", edge.etc, "gpu-1.pub")  # "copy ... to the Edge"
         assert "Applying" in page.install_edge("edge-install", edge)  # migrate, as written
         keys = page.run("edge-keys", edge)
         page.filled["<the sha256 printed by iop_token>"] = printed(keys, "sha256")
         # Step 2, "copy to the Node machine": the files it names.
         pki = carry_tls(edge, node, printed(keys, "token"))
         copy(edge.etc / "issuer.pub", node.etc)
-        copy(edge.etc / "nodes" / "gpu-1.key", node.etc, mode=0o600)
-        (edge.etc / "nodes" / "gpu-1.key").unlink()
+        assert not (edge.etc / "recipient.key").exists()  # the private key never left
         assert stat.S_IMODE((edge.etc / "keyring.json").stat().st_mode) == 0o600
 
         page.write("edge.yaml", edge)
         page.write("node.yaml", node)
-        node.link_project_venv()
         edge_proc = page.start("edge-start", edge, tmp_path)
         log = ready(edge_proc.log, edge_proc.alive)
         assert "IOP_HTTPS is not set" not in log

@@ -277,3 +277,47 @@ def test_a_chat_stream_translated_from_messages_is_gated_and_recovered_r_seg_5(s
     first, second = bodies(stack, "claude")
     assert second["temperature"] == 1.0 and "temperature" not in first
     assert len(second["messages"]) == len(first["messages"])  # nothing delivered: no partial
+
+
+def test_a_discarded_attempt_is_metered_as_estimated_tokens_r_bud_2(stack, oai):
+    """R-BUD-2: the run the gate discarded produced tokens: they reach /metrics and the ledger
+    as estimated tokens on its provider (no extra request), beside the answer's own usage."""
+
+    def estimated_out() -> float:
+        return sum(
+            s.value
+            for s in stack.metrics()
+            if s.name == "iop_tokens_total"
+            and s.labels["estimated"] == "true"
+            and s.labels["direction"] == "out"
+            and s.labels["attributed_to"] == "p-a"
+        )
+
+    def requests() -> float:
+        return sum(
+            s.value
+            for s in stack.metrics()
+            if s.name == "iop_requests_total" and s.labels["model_group"] == "solo"
+        )
+
+    before, requests_before = estimated_out(), requests()
+    loop(stack, "a", "?", times=1, loop_copies=400)
+    stream_text(oai, "solo")
+    deadline = time.monotonic() + 5
+    while estimated_out() == before:  # the meter records once the Edge saw the run end
+        assert time.monotonic() < deadline, "no estimated tokens for the discarded attempt"
+        time.sleep(0.02)
+    # the gate holds up to HOLD runes of evidence before it fires: at least 128 runes came
+    assert estimated_out() - before >= 128 // 4
+    assert requests() - requests_before == 1  # tokens only: the request is counted once
+    deadline = time.monotonic() + 15  # the meter writes the ledger every few seconds
+    while True:
+        in_ledger = sum(
+            r["output_tokens"]
+            for r in stack.ledger()
+            if r["attributed_to"] == "p-a" and r["estimated"]
+        )
+        if in_ledger == estimated_out() or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert in_ledger == estimated_out()

@@ -11,7 +11,7 @@ import pytest
 
 from nodes import wire
 from pool.http.app import OpenAIApp
-from tests.support.inprocess import Call, FakeNode, Runtime, answer_ok, until
+from tests.support.inprocess import Call, FakeNode, Runtime, answer_ok, started, stop, until
 
 TOKEN = "tok-health-caller-51c2"
 CONNECT_REFUSED = wire.RunError(
@@ -64,18 +64,6 @@ def failing(error: wire.RunError, *, after: str | None = None) -> Any:
         await node.end(run.run_id, ok=False, error=error)
 
     return script
-
-
-async def started(doc: dict[str, Any]) -> tuple[OpenAIApp, Runtime, FakeNode]:
-    runtime = Runtime(doc)
-    node = await FakeNode(runtime.hub).start()
-    return OpenAIApp(runtime), runtime, node
-
-
-async def stop(runtime: Runtime) -> None:
-    await runtime.hub.aclose()
-    runtime.health.close()
-    assert runtime.pool.idle(), "every lease released and no waiter left (R-POOL-9)"
 
 
 def chat(stream: bool) -> dict[str, Any]:

@@ -67,7 +67,9 @@ def test_anthropic_shape_has_type_error_and_error_type(code: str) -> None:
 
 def test_only_the_429_rows_and_the_shared_pool_503s_carry_retry_after() -> None:
     """R-SCALE-3: the shared pool store's 503s come back by themselves: retry shortly."""
-    limited = ("queue_full", "rate_limited", "pool_unavailable", "pool_recovering")
+    # budget_exceeded: its refusal always states Retry-After to the period's end (R-BUD-1)
+    limited = ("queue_full", "rate_limited", "budget_exceeded", "pool_unavailable",
+               "pool_recovering")  # fmt: skip
     for code in limited:
         assert HttpError(code).headers() == [(b"retry-after", b"1")]
     assert all(HttpError(code).headers() == [] for code in ERRORS if code not in limited)

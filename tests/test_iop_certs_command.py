@@ -46,3 +46,19 @@ def test_a_second_run_reuses_the_ca_so_new_nodes_join_the_same_trust(tmp_path):
     assert (tmp_path / "ca.crt").read_bytes() == first_ca
     assert "reusing CA" in out.getvalue()
     _cert(tmp_path / "node-node-c.crt").verify_directly_issued_by(_cert(tmp_path / "ca.crt"))
+
+
+def test_a_second_run_keeps_the_edge_key_and_never_overwrites_a_node_key_r_tls_5(tmp_path):
+    """R-TLS-5: key files are created exclusively; a rerun keeps edge.key as it is and
+    refuses to mint a Node key that exists."""
+    import pytest
+    from django.core.management import CommandError
+
+    call_command("iop_certs", str(tmp_path), "--node", "node-a", stdout=StringIO())
+    edge_key = (tmp_path / "edge.key").read_bytes()
+    out = StringIO()
+    call_command("iop_certs", str(tmp_path), stdout=out)
+    assert (tmp_path / "edge.key").read_bytes() == edge_key
+    assert "keeping" in out.getvalue()
+    with pytest.raises(CommandError, match=r"node-node-a\.key exists; keys are never overwritten"):
+        call_command("iop_certs", str(tmp_path), "--node", "node-a", stdout=StringIO())

@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from nodes.agent.envelope import CLOCK_SKEW_S, EnvelopeOpener, EnvelopeRefused
 from nodes.envelope import Binding, b64, issue, unb64
+from tests.support.clock import Clock
 
 SECRET = b"sk-canary-7f3a9c"
 NOW = 1_800_000_000.0
@@ -37,12 +38,13 @@ def make(keys, binding=BINDING, now=NOW, ttl_s=60, issuer_key_id="iss-1", secret
     )
 
 
-def opener(keys, size=8, issuer=None):
+def opener(keys, size=8, issuer=None, monotonic=None):
     return EnvelopeOpener(
         recipient_key_id="node-a-1",
         recipient=keys["recipient"],
         issuers={"iss-1": (issuer or keys["issuer"]).public_key()},
         replay_cache_size=size,
+        monotonic=monotonic or Clock(),
     )
 
 
@@ -150,10 +152,29 @@ def test_malformed_envelopes_are_refused(keys) -> None:
 
 
 def test_the_replay_cache_is_bounded_and_forgets_only_expired_ids(keys) -> None:
-    node = opener(keys, size=2)
+    mono = Clock()
+    node = opener(keys, size=2, monotonic=mono)
     runs = [dataclasses.replace(BINDING, run_id=f"r{i}") for i in range(3)]
     open_(node, make(keys, runs[0]), runs[0], NOW)
     open_(node, make(keys, runs[1]), runs[1], NOW)
     refused(lambda: open_(node, make(keys, runs[2]), runs[2], NOW), "replay_cache_full")
+    mono.now += 61 + CLOCK_SKEW_S
     later = NOW + 61 + CLOCK_SKEW_S
     assert open_(node, make(keys, runs[2], now=later), runs[2], later) == SECRET
+
+
+def test_a_wall_clock_step_forward_then_back_never_reopens_a_used_envelope(keys) -> None:
+    """The replay cache keeps ids by the monotonic clock: a wall clock stepped forward (ids
+    look expired) then back (the envelope looks live again) cannot replay an envelope."""
+    mono = Clock()
+    node = opener(keys, size=8, monotonic=mono)
+    first = make(keys, BINDING)
+    assert open_(node, first, BINDING, NOW) == SECRET
+    mono.now += 1
+    ahead = NOW + 10_000  # an NTP step or an operator's date: every cached id looks expired
+    other = dataclasses.replace(BINDING, run_id="r2")
+    assert open_(node, make(keys, other, now=ahead), other, ahead) == SECRET
+    mono.now += 1
+    message = refused(lambda: open_(node, first, BINDING, NOW + 2), "expired")
+    assert "expired" in message
+    assert len(node._replay) == 2  # nothing was forgotten early

@@ -56,12 +56,11 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-def test_iop_keys_writes_private_keys_0600_and_never_overwrites_r_auth_4(tmp_path):
-    """R-AUTH-4: the issuer (Ed25519) and a Node's recipient (X25519) pairs, private 0600."""
+def test_iop_keys_writes_the_issuer_key_0600_and_never_overwrites_r_auth_4_r_tls_5(tmp_path):
+    """R-AUTH-4, R-TLS-5: the issuer pair (Ed25519), the private key created exclusively 0600."""
     out = tmp_path / "k"
     call_command("iop_keys", "issuer", "--out", str(out), stdout=io.StringIO())
-    call_command("iop_keys", "node", "n1", "--out", str(out), stdout=io.StringIO())
-    assert mode(out / "issuer.key") == 0o600 and mode(out / "n1.key") == 0o600
+    assert mode(out / "issuer.key") == 0o600
     assert b"BEGIN PUBLIC KEY" in (out / "issuer.pub").read_bytes()
     before = (out / "issuer.key").read_bytes()
     with pytest.raises(CommandError, match="exists; keys are never overwritten"):
@@ -296,3 +295,58 @@ def test_iop_route_rotate_prints_the_new_key_once_r_mgd_3(keyring_file):
     assert new != old and route.key_hash_sha256 == hashlib.sha256(new.encode()).hexdigest()
     with pytest.raises(CommandError, match="no route 'nope'"):
         call_command("iop_route", "rotate", "nope", stdout=io.StringIO())
+
+
+def test_a_route_giving_a_slot_to_a_cli_provider_without_credential_env_is_refused_r_mgd_11(
+    tmp_path, keys
+):
+    """R-MGD-11: a cli provider takes its slot secret only in the environment variable it
+    names; without one the route is refused (the secret would go nowhere, never in argv)."""
+    path = tmp_path / "keyring.json"
+    call_command("iop_keyring", "init", str(path), "--key-id", "k1", stdout=io.StringIO())
+    document = managed_document(keys, path)
+    document["nodes"][0]["providers"] += [
+        {"id": "tool-bare", "profile": "cli", "command": ["tool"]},
+        {"id": "tool-env", "profile": "cli", "command": ["tool"], "credential_env": "TOOL_KEY"},
+    ]
+    document["models"].append({"id": "tool", "providers": {"tool-bare": "t", "tool-env": "t"}})
+    document_to_catalog(document)
+    set_slot("tool-slot", "cli")
+    with pytest.raises(CommandError, match="'tool-bare' is a cli provider without credential_env"):
+        create_route("r1", "--model", "tool", "--slot", "tool-bare=tool-slot")
+    assert create_route("r2", "--model", "tool", "--slot", "tool-env=tool-slot")
+
+
+def test_iop_keys_node_registers_a_public_key_made_on_the_node_r_tls_5(tmp_path, capsys):
+    """R-TLS-5: the Edge never makes a Node's private key: `iop_keys node` takes the public
+    key `iop-node keygen` printed, refuses a private key or another kind, and prints the
+    credential_recipient entry with the key id both sides derive."""
+    from nodes.agent.main import main as iop_node
+
+    assert iop_node(["keygen", "--out", str(tmp_path / "node")]) == 0
+    kid = next(
+        line.split(": ")[1]
+        for line in capsys.readouterr().out.splitlines()
+        if "recipient_key_id:" in line
+    )
+    out = io.StringIO()
+    edge = tmp_path / "edge"
+    pub = tmp_path / "node" / "recipient.pub"
+    call_command("iop_keys", "node", "n1", "--public-key", str(pub), "--out", str(edge), stdout=out)
+    assert f"key id {kid}" in out.getvalue()
+    assert f"credential_recipient: {{key_id: {kid}, public_key_file: " in out.getvalue()
+    assert (edge / "n1.pub").read_bytes() == pub.read_bytes()
+    assert list(edge.iterdir()) == [edge / "n1.pub"]  # no private key on the Edge
+    for bad, message in [
+        (tmp_path / "node" / "recipient.key", "that is a private key: it stays on the Node"),
+        (tmp_path / "issuer.pub", "is not an X25519 key"),
+    ]:
+        if bad.name == "issuer.pub":
+            call_command("iop_keys", "issuer", "--out", str(tmp_path), stdout=io.StringIO())
+        with pytest.raises(CommandError, match=message):
+            call_command(
+                "iop_keys", "node", "n2", "--public-key", str(bad), "--out", str(edge),
+                stdout=io.StringIO(),
+            )  # fmt: skip
+    with pytest.raises(CommandError, match="exists; keys are never overwritten"):
+        call_command("iop_keys", "node", "n1", "--public-key", str(pub), "--out", str(edge))

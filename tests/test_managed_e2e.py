@@ -1,12 +1,14 @@
 """Managed credential mode with real processes over TLS: a managed Edge (runedge, https and
 wss) and a managed Node (iop-node), slots and routes set by the operator's commands, the
-official OpenAI SDK as the caller, a fake upstream that records what it receives
-(R-AUTH-3..6, R-MGD-1..6). Keys and certificates are minted in the test."""
+official OpenAI SDK as the caller, fake upstreams that record what they receive, and a cli
+provider that records its argv and environment (R-AUTH-3..6, R-MGD-1..6, R-MGD-10, R-MGD-11).
+Keys and certificates are minted in the test."""
 
 from __future__ import annotations
 
 import json
 import ssl
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,15 +18,21 @@ import openai
 import pytest
 import yaml
 
+from tests.fakes import CLI_TOOL
 from tests.support import Stack
 from tests.support.managed import ManagedKeys, managed_stack, mint_keys
+from tests.support.scale_failures import eventually
+from tests.support.stack import provider_row
 from tests.support.tls import Pki
 
 pytestmark = pytest.mark.slow
 
 SECRET = "sk-e2e-canary-4f2c9b7d1a"  # unique: searched for everywhere at the end
 ROTATED = "sk-e2e-rotated-8e3a6c05"
+OLLAMA_SECRET = "sk-e2e-ollama-2b7e90d4"
+TOOL_SECRET = "sk-e2e-tool-c41f6a38"
 NODE = "node-1"
+TOOL_DUMP = "tool-env.json"
 
 
 class Managed:
@@ -69,8 +77,26 @@ def managed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Managed]:
     directory = tmp_path_factory.mktemp("managed")
     pki = Pki(directory / "pki")
     keys = mint_keys(directory / "keys", NODE)
-    # the canary must not show up even at the most verbose level
-    stack = managed_stack(directory, pki, keys, log_level="DEBUG")
+    # R-MGD-11: an Ollama behind an authenticating proxy, and a cli program; R-MGD-10: a
+    # provider probed without a credential by an upstream that answers 401 to everything.
+    extra = [
+        {"id": "ollama-1", "profile": "ollama", "base_url": "{up:ollama}"},
+        {"id": "tool-1", "profile": "cli", "credential_env": "TOOL_API_KEY",
+         "command": [sys.executable, CLI_TOOL, "envdump", str(directory / TOOL_DUMP)]},
+        {"id": "glm-probed", "profile": "glm", "base_url": "{up:deny}/v1", "probe_interval_s": 1},
+    ]  # fmt: skip
+    stack = managed_stack(
+        directory,
+        pki,
+        keys,
+        extra_providers=extra,
+        extra_models=[
+            {"id": "local", "providers": {"ollama-1": "llama3"}},
+            {"id": "tool", "providers": {"tool-1": "tool"}},
+        ],
+        upstreams={"main": "openai", "ollama": "ollama", "deny": "openai"},
+        log_level="DEBUG",  # the canary must not show up even at the most verbose level
+    )
     with stack:
         env = Managed(stack, pki, keys)
         stack.manage("iop_slot", "set", "glm-main", "--profile", "glm", stdin=SECRET.encode())
@@ -197,7 +223,7 @@ def test_the_slot_secret_appears_nowhere_on_edge_or_node_r_auth_6(managed: Manag
     }
     assert "glm-main" in places["dumpdata"]  # the dump did include the slot table
     for where, text in places.items():
-        for secret in (SECRET, ROTATED):
+        for secret in (SECRET, ROTATED, OLLAMA_SECRET, TOOL_SECRET):
             assert secret not in text, f"a slot secret appears in the {where}"
     stack.wait_idle()
 
@@ -215,3 +241,59 @@ def test_managed_mode_refuses_to_start_without_tls_or_with_an_unreadable_key_r_m
         managed.stack.manage("iop_config", "validate", str(bad))
     assert "edge.tls: is required when credential_plane.enabled" in str(info.value)
     assert "openai.tls: is required when credential_plane.enabled" in str(info.value)
+
+
+def _route(managed: Managed, route: str, model: str, binding: str) -> str:
+    out = managed.stack.manage(
+        "iop_route", "create", route, "--model", model, "--slot", binding, "--json"
+    )
+    return str(json.loads(out)["key"])
+
+
+def test_an_ollama_provider_gets_its_slot_secret_as_its_auth_header_r_mgd_11(managed: Managed):
+    """R-MGD-11: the built-in ollama profile sends no credential of its own; a managed run's
+    slot secret goes upstream as `Authorization: Bearer`, for that run only."""
+    stack = managed.stack
+    stack.manage("iop_slot", "set", "ollama-main", "--profile", "ollama",
+                 stdin=OLLAMA_SECRET.encode())  # fmt: skip
+    key = _route(managed, "team-local", "local", "ollama-1=ollama-main")
+    stack.reset_upstreams()
+    reply = json.loads(managed.chat(model="local", key=key))
+    assert reply["choices"][0]["message"]["content"]
+    (request,) = stack.upstream("ollama").server.requests
+    assert request.path == "/api/chat"
+    assert request.headers.get("authorization") == f"Bearer {OLLAMA_SECRET}"
+    stack.wait_idle()
+
+
+def test_a_cli_provider_gets_its_slot_secret_in_its_named_environment_variable_r_mgd_11(
+    managed: Managed,
+):
+    """R-MGD-11: the slot secret reaches the program in `credential_env`, never in argv, and
+    the program sees nothing else of the Node's environment (R-TLS-3)."""
+    stack = managed.stack
+    stack.manage("iop_slot", "set", "tool-main", "--profile", "cli", stdin=TOOL_SECRET.encode())
+    key = _route(managed, "team-tool", "tool", "tool-1=tool-main")
+    reply = json.loads(managed.chat(model="tool", key=key))
+    assert reply["choices"][0]["message"]["content"] == "hi"
+    dump = json.loads((managed.keys.directory.parent / TOOL_DUMP).read_text())
+    assert dump["env"]["TOOL_API_KEY"] == TOOL_SECRET
+    assert not any(TOOL_SECRET in arg for arg in dump["argv"])
+    assert "IOP_NODE_TOKEN" not in dump["env"]
+    stack.wait_idle()
+
+
+def test_a_probe_carries_no_secret_and_a_401_means_reachable_r_mgd_10(managed: Managed):
+    """R-MGD-10: a managed provider's probe has no slot secret to send; the upstream's 401
+    says it is there, so the provider stays healthy instead of being ejected."""
+    deny = managed.stack.upstream("deny").server
+    deny.faults.status = 401  # every answer from now on; eject_after_failures is 3
+
+    def refused() -> list[Any]:
+        return [r for r in deny.requests if r.status == 401]
+
+    eventually(lambda: len(refused()) >= 4, "four probes answered 401")
+    assert {(r.method, r.path) for r in deny.requests} == {("GET", "/v1/models")}
+    assert all("authorization" not in r.headers for r in deny.requests)
+    row = provider_row(managed.stack.pool_snapshot(), "glm-probed")
+    assert row["health"] == "healthy", row

@@ -7,6 +7,8 @@ The real Node agent over wss:// against the fake Edge, with a fake upstream on l
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -164,25 +166,71 @@ async def test_a_node_without_recipient_keys_refuses_an_envelope_r_auth_4(
         assert fake_openai.requests == []
 
 
+def managed_config(tmp_path, plane: dict) -> Path:
+    """A managed node.yaml naming ``plane`` (its token a file), for start checks."""
+    config, token = tmp_path / "node.yaml", tmp_path / "token"
+    token.write_text("t")
+    doc = {"node_id": NODE, "edge_url": "wss://127.0.0.1:1/ws/node",
+           "token": {"file": str(token)}, "credential_plane": plane}  # fmt: skip
+    config.write_text(yaml.safe_dump(doc))
+    return config
+
+
 def test_a_node_whose_key_files_do_not_load_refuses_to_start(tmp_path, keys, capsys):
     """R-AUTH-4: the managed keys are checked at start; the error names the file."""
     plane = keys.node_plane()
     (tmp_path / "bad.key").write_text("not a key")
     plane["recipient_private_key_file"] = str(tmp_path / "bad.key")
-    config = tmp_path / "node.yaml"
-    token = tmp_path / "token"
-    token.write_text("t")
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "node_id": NODE,
-                "edge_url": "wss://127.0.0.1:1/ws/node",
-                "token": {"file": str(token)},
-                "credential_plane": plane,
-            }
-        )
-    )
+    config = managed_config(tmp_path, plane)
     assert main(["--config", str(config), "--check"]) == 2
     err = capsys.readouterr().err
     bad = tmp_path / "bad.key"
     assert f"credential_plane.recipient_private_key_file: {bad} is not a PEM private key" in err
+
+
+def test_keygen_makes_the_recipient_pair_on_the_node_exclusively_0600_r_tls_5(tmp_path, capsys):
+    """R-TLS-5: `iop-node keygen --out DIR` writes the private key 0600 (never over an
+    existing file or through a symlink) and prints the public key and its key id, which the
+    Edge registers (iop_keys node) and the Node's credential_plane names."""
+    import stat
+
+    from cryptography.hazmat.primitives import serialization
+
+    from nodes.envelope import key_id
+
+    out = tmp_path / "keys"
+    assert main(["keygen", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    key_file, pub_file = out / "recipient.key", out / "recipient.pub"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    public = serialization.load_pem_public_key(pub_file.read_bytes())
+    private = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
+    assert private.public_key().public_bytes(  # type: ignore[union-attr]
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    ) == public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    assert f"recipient_key_id: {key_id(public)}" in printed  # type: ignore[arg-type]
+    assert pub_file.read_text() in printed and "PRIVATE" not in printed
+    first = key_file.read_bytes()
+    pub_file.unlink()
+    assert main(["keygen", "--out", str(out)]) == 1  # the private key is never overwritten
+    assert "exists; a key file is never overwritten" in capsys.readouterr().err
+    assert key_file.read_bytes() == first
+    target = tmp_path / "elsewhere"
+    (tmp_path / "link").mkdir()
+    (tmp_path / "link" / "recipient.key").symlink_to(target)
+    assert main(["keygen", "--out", str(tmp_path / "link")]) == 1
+    assert not target.exists()  # a symlink is never followed
+
+
+def test_a_node_refuses_to_start_on_a_recipient_key_others_can_read_r_tls_5(tmp_path, keys, capsys):
+    """R-TLS-5: one line naming the file and the fix, exit 1, no traceback."""
+    plane = keys.node_plane()
+    key_file = plane["recipient_private_key_file"]
+    os.chmod(key_file, 0o640)
+    config = managed_config(tmp_path, plane)
+    assert main(["--config", str(config), "--check"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"credential_plane.recipient_private_key_file: {key_file} can be read by others "
+        f"(mode 640); run chmod 600 {key_file}"
+    )

@@ -19,9 +19,12 @@ from tests.support.tls import self_signed
 pytestmark = pytest.mark.slow
 
 
-def runedge(directory: Path, document: dict) -> subprocess.CompletedProcess[str]:
+def runedge(
+    directory: Path, document: dict, tls_key_mode: int = 0o600
+) -> subprocess.CompletedProcess[str]:
     """``runedge --config`` on its own database, expected to exit at start."""
     cert, _ = self_signed(directory)
+    (directory / "key.pem").chmod(tls_key_mode)
     tls = {"cert_file": str(cert), "key_file": str(directory / "key.pem")}
     document["edge"]["tls"] = document["openai"]["tls"] = tls
     for section in ("edge", "admin", "openai"):
@@ -66,3 +69,22 @@ def test_runedge_refuses_a_managed_key_file_that_does_not_load_r_auth_4(
     assert message.format(path=path) in done.stderr
     assert "IOP Edge ready" not in done.stdout
     assert key_text not in done.stderr + done.stdout
+
+
+@pytest.mark.parametrize("which", ["issuer", "keyring", "tls"])
+def test_runedge_refuses_a_private_key_file_others_can_read_r_tls_5(tmp_path: Path, which: str):
+    """R-TLS-5: the issuer key, the keyring or a listener's TLS key readable by group or
+    others stops the Edge with one line naming the file and the fix; exit 1, no traceback,
+    no key."""
+    keys = mint_keys(tmp_path / "keys", "n1")
+    keyring = tmp_path / "keyring.json"
+    write_private(keyring, new_keyring("k1").dump())
+    path = {"issuer": keys.issuer_key, "keyring": keyring, "tls": tmp_path / "key.pem"}[which]
+    if which != "tls":
+        path.chmod(0o644)
+    done = runedge(tmp_path, managed_document(keys, keyring), 0o644 if which == "tls" else 0o600)
+    assert done.returncode == 1
+    assert f"{path} can be read by others (mode 644); run chmod 600 {path}" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert path.read_text() not in done.stderr + done.stdout
+    assert "IOP Edge ready" not in done.stdout

@@ -21,6 +21,7 @@ from catalog.documents import document_to_catalog
 from catalog.keyring import Keyring, new_keyring
 from catalog.slots import create_route, set_slot
 from nodes import wire
+from nodes.agent.adapters.http import slot_headers
 from nodes.agent.config import CredentialPlane
 from nodes.agent.credentials import LeaseCredentials, load_opener
 from pool.http.app import OpenAIApp
@@ -69,12 +70,13 @@ class Managed:
             pid=run.provider_id,
             auth=wire.AuthPayload(type="header", header="X-Key", scheme=""),
         )
-        headers = self.credentials.headers(
+        secret = self.credentials.secret(
             run.lease_envelope,
             run_id=run.run_id,
             provider=provider,
             generation=node.session.generation,
         )
+        headers = slot_headers(provider, secret)
         self.opened.append((run.provider_id, headers["X-Key"].encode()))
         await answer_ok(node, run)
 

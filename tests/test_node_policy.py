@@ -1,4 +1,5 @@
-"""The Node policy's matching rules (R-TLS-3): argv prefixes, host[:port], secrets."""
+"""The Node policy's matching rules (R-TLS-3): argv prefixes and exact argv, every program
+(command and probe command), [scheme://]host[:port], the declared environment, secrets."""
 
 from __future__ import annotations
 
@@ -55,17 +56,31 @@ def test_a_command_runs_only_under_an_allowed_argv_prefix(tmp_path, argv, allowe
         ("https://api.openai.com/v1/chat/completions", True),
         ("https://eu.api.openai.com/v1/chat/completions", True),
         ("https://openai.com.evil.example/v1", False),
+        ("http://api.openai.com/v1/chat/completions", False),  # a bare host is https only
         ("http://127.0.0.1:11434/api/chat", True),
+        ("https://127.0.0.1:11434/api/chat", False),  # http:// allows http only
         ("http://127.0.0.1:8080/api/chat", False),  # another port on an allowed host
         ("http://[::1]:9000/v1", True),
         ("http://localhost:11434/api/chat", False),  # names are not resolved
+        ("ftp://api.openai.com/v1", False),
     ],
 )
-def test_an_upstream_url_runs_only_on_an_allowed_host_and_port(tmp_path, url, allowed):
-    policy = _policy(tmp_path, hosts=["api.openai.com", "*.api.openai.com", "127.0.0.1:11434",
-                                      "[::1]:9000"])  # fmt: skip
+def test_an_upstream_url_runs_only_on_an_allowed_scheme_host_and_port_r_tls_3(
+    tmp_path, url, allowed
+):
+    """R-TLS-3 (sharpened): a bare host[:port] allows https only; http must be written."""
+    policy = _policy(tmp_path, hosts=["api.openai.com", "*.api.openai.com",
+                                      "http://127.0.0.1:11434", "http://[::1]:9000"])  # fmt: skip
     refusal = policy.refusal(_http(url))
     assert (refusal is None) == allowed, refusal
+
+
+def test_plain_http_to_a_bare_host_policy_is_refused_and_names_the_scheme_r_tls_3(tmp_path):
+    """R-TLS-3 (sharpened): `hosts: [api.openai.com]` no longer lets a secret leave in
+    cleartext to http://api.openai.com."""
+    policy = _policy(tmp_path, hosts=["api.openai.com"])
+    refusal = policy.refusal(_http("http://api.openai.com/v1/chat/completions"))
+    assert refusal == "upstream http://api.openai.com:80 is not an allowed host"
 
 
 def test_secrets_are_allowed_by_env_name_pattern_and_by_file_directory(tmp_path):
@@ -74,16 +89,16 @@ def test_secrets_are_allowed_by_env_name_pattern_and_by_file_directory(tmp_path)
     (tmp_path / "outside").mkdir()
     (tmp_path / "keys-evil").mkdir()
     policy = _policy(tmp_path, hosts=["h"], secrets={"env": ["OPENAI_*"], "file_dirs": ["keys"]})
-    ok_env = _http("http://h/v1", credential=SecretRefPayload(env="OPENAI_KEY"))
+    ok_env = _http("https://h/v1", credential=SecretRefPayload(env="OPENAI_KEY"))
     assert policy.refusal(ok_env) is None
-    bad_env = _http("http://h/v1", credential=SecretRefPayload(env="AWS_SECRET"))
+    bad_env = _http("https://h/v1", credential=SecretRefPayload(env="AWS_SECRET"))
     assert "AWS_SECRET" in (policy.refusal(bad_env) or "")
     for path, allowed in [
         (keys / "a.key", True),
         (keys / ".." / "outside" / "a.key", False),  # no escape by ..
         (tmp_path / "keys-evil" / "a.key", False),  # a sibling with the same prefix
     ]:
-        provider = _http("http://h/v1", credential=SecretRefPayload(file=str(path)))
+        provider = _http("https://h/v1", credential=SecretRefPayload(file=str(path)))
         assert (policy.refusal(provider) is None) == allowed, path
     cli_env = _cli(["x"], env={"TOKEN": SecretRefPayload(env="HOME_TOKEN")})
     policy = _policy(tmp_path, commands=[["x"]], secrets={"env": ["OPENAI_*"]})
@@ -93,19 +108,21 @@ def test_secrets_are_allowed_by_env_name_pattern_and_by_file_directory(tmp_path)
 def test_a_kind_left_out_of_the_policy_allows_nothing_of_that_kind(tmp_path):
     policy = _policy(tmp_path, hosts=["h"])
     assert policy.refusal(_cli(["anything"])) is not None
-    assert policy.refusal(_http("http://h/v1", credential=SecretRefPayload(env="K"))) is not None
-    assert policy.refusal(_http("http://h/v1")) is None
+    assert policy.refusal(_http("https://h/v1", credential=SecretRefPayload(env="K"))) is not None
+    assert policy.refusal(_http("https://h/v1")) is None
 
 
 def test_a_refused_provider_gets_no_adapter_in_the_registry(tmp_path):
     policy = _policy(tmp_path, hosts=["allowed.example"])
     payload = NodePayload(
         node_id="n", revision="r",
-        providers=[_http("http://denied.example/v1"), _cli(["rm", "-rf", "/"])],
+        providers=[_http("https://denied.example/v1"), _cli(["rm", "-rf", "/"])],
     )  # fmt: skip
     registry = Registry(payload, policy)
     assert registry.adapters == {}
-    assert registry.errors["p"].startswith("refused by node policy: upstream host denied.example")
+    assert registry.errors["p"] == (
+        "refused by node policy: upstream https://denied.example:443 is not an allowed host"
+    )
     assert "command rm" in registry.errors["c"]
 
 
@@ -113,6 +130,11 @@ def test_a_refused_provider_gets_no_adapter_in_the_registry(tmp_path):
     ("policy", "message"),
     [
         ({"hosts": ["h:0"]}, "policy.hosts: h:0: port must be 1..65535"),
+        ({"hosts": ["ftp://h"]}, "policy.hosts: ftp://h: the scheme must be http:// or https://"),
+        (
+            {"hosts": ["https://h/v1"]},
+            "policy.hosts: https://h/v1: must be [scheme://]host[:port], without a path",
+        ),
         ({"hosts": [":80"]}, "policy.hosts: :80: must name a host"),
         ({"commands": [[]]}, "policy.commands: an argv prefix must not be empty"),
         ({"surprise": 1}, "policy.surprise: unknown key"),
@@ -169,7 +191,81 @@ def test_iop_node_policy_reads_the_catalog_by_default_as_make_run_does():
     out = StringIO()
     call_command("iop_node_policy", "node-local", stdout=out)
     policy = yaml.safe_load(out.getvalue())["policy"]
-    assert policy["hosts"] == ["127.0.0.1:11434", "127.0.0.1:8000"]
-    assert policy["commands"] == [["python3", "-c", "import sys; print(sys.stdin.read())"]]
+    assert policy["hosts"] == ["http://127.0.0.1:11434", "http://127.0.0.1:8000"]
+    assert policy["commands"] == [["python3", "-c", "import sys; print(sys.stdin.read())", "$"]]
     with pytest.raises(CommandError, match="no node gpu-9"):
         call_command("iop_node_policy", "gpu-9", stdout=StringIO())
+
+
+def test_a_probe_command_is_checked_like_the_command_r_tls_3(tmp_path):
+    """R-TLS-3 (sharpened): an allowed command does not let its provider's probe_command run
+    another program; the registry builds no adapter, so no probe or run ever starts."""
+    policy = _policy(tmp_path, commands=[["claude", "-p"]])
+    sneaky = _cli(["claude", "-p"], probe_command=["/bin/sh", "-c", "id > marker"],
+                  probe_interval_s=0.05)  # fmt: skip
+    refusal = policy.refusal(sneaky)
+    assert refusal == "probe command /bin/sh -c 'id > marker' is not an allowed command"
+    registry = Registry(NodePayload(node_id="n", revision="r", providers=[sneaky]), policy)
+    assert registry.adapters == {} and "probe command /bin/sh" in registry.errors["c"]
+    probed = _cli(["claude", "-p"], probe_command=["claude", "-p", "--version"])
+    assert policy.refusal(probed) is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "allowed"),
+    [
+        (["claude", "-p"], True),
+        (["claude", "-p", "--dangerously-skip-permissions"], False),
+        (["claude"], False),
+        (["ollama", "run", "llama3"], True),  # the prefix form still takes trailing arguments
+    ],
+)
+def test_a_commands_entry_ending_in_dollar_allows_exactly_that_argv(tmp_path, argv, allowed):
+    """REVIEW-NOTES: entries are argv prefixes; a last "$" element makes one exact."""
+    policy = _policy(tmp_path, commands=["claude -p $", ["ollama", "run"]])
+    assert (policy.refusal(_cli(argv)) is None) == allowed
+
+
+@pytest.mark.parametrize(
+    "name", ["LD_PRELOAD", "LD_LIBRARY_PATH", "DYLD_INSERT_LIBRARIES", "PYTHONPATH", "PATH",
+             "NODE_OPTIONS", "BASH_ENV", "HOME", "LC_ALL", "ld_preload"],
+)  # fmt: skip
+def test_a_declared_name_that_changes_how_programs_load_is_refused_r_tls_3(tmp_path, name):
+    """R-TLS-3 (sharpened): as a cli env name or as a managed credential_env, with or without
+    a policy (no policy may allow it)."""
+    ref = SecretRefPayload(env="TOOL_KEY")
+    for provider in (_cli(["x"], env={name: ref}), _cli(["x"], credential_env=name)):
+        payload = NodePayload(node_id="n", revision="r", providers=[provider])
+        registry = Registry(payload, None)
+        assert registry.adapters == {}
+        assert registry.errors["c"].startswith("refused by node policy: command environment: ")
+        assert name in registry.errors["c"]
+        policy = _policy(tmp_path, commands=[["x"]], secrets={"env": ["*"]})
+        assert policy.refusal(provider) is not None
+    assert policy.refusal(_cli(["x"], env={"TOOL_KEY": ref})) is None
+    assert policy.refusal(_cli(["x"], credential_env="GLM_API_KEY")) is None
+
+
+def test_without_a_policy_only_http_and_https_upstreams_are_dialed(tmp_path):
+    payload = NodePayload(node_id="n", revision="r", providers=[_http("file:///etc/passwd")])
+    assert Registry(payload, None).errors["p"] == (
+        "refused by node policy: upstream file:// is not http or https"
+    )
+
+
+def test_the_printed_policy_is_the_narrowest_with_probes_and_schemes_r_tls_3(tmp_path):
+    """R-TLS-3: iop_node_policy's policy lists each command and probe command as its exact
+    argv and each upstream with its scheme; it allows the payload and nothing wider."""
+    from nodes.agent.policy import policy_for
+
+    cli = _cli(["tool", "-q"], probe_command=["tool", "--version"])
+    local = _http("http://127.0.0.1:11434/api/chat")
+    cloud = _http("https://api.openai.com/v1/chat/completions")
+    printed = policy_for(NodePayload(node_id="n", revision="r", providers=[cli, local, cloud]))
+    assert printed["commands"] == [["tool", "-q", "$"], ["tool", "--version", "$"]]
+    assert printed["hosts"] == ["api.openai.com:443", "http://127.0.0.1:11434"]
+    policy = _policy(tmp_path, **printed)
+    assert [policy.refusal(p) for p in (cli, local, cloud)] == [None, None, None]
+    assert policy.refusal(_cli(["tool", "-q", "--extra"])) is not None
+    assert policy.refusal(_http("http://api.openai.com/v1/chat/completions")) is not None
+    assert policy.refusal(_http("https://127.0.0.1:11434/api/chat")) is not None

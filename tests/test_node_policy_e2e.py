@@ -1,9 +1,10 @@
 """A Node's own policy bounds what its Edge can make it do (R-TLS-3), with real processes:
-a denied command, upstream host and secret are refused on the Node, reported to the Edge,
-shown unavailable with the reason on /pool, never run, never a candidate."""
+a denied command, probe command, upstream host and secret are refused on the Node, reported
+to the Edge, shown unavailable with the reason on /pool, never run, never a candidate."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,13 +12,18 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from tests.fakes import CLI_TOOL
 from tests.support import Stack
+from tests.support.scale_failures import eventually
+from tests.support.stack import provider_row
 
 pytestmark = pytest.mark.slow
 
 PIDFILE = "denied-cli.pid"
+MARKER = "probe-ran.marker"
+ALLOWED_PROBE = "allowed-probe.json"
 
 
 def _providers(directory: Path) -> list[dict[str, Any]]:
@@ -25,17 +31,26 @@ def _providers(directory: Path) -> list[dict[str, Any]]:
     return [
         {"id": "p-ok", "base_url": "{up:main}/v1", **openai,
          "credential": {"env": "IOP_ALLOWED_KEY"}},
+        # Plain http to a host the policy allows bare, which means https only.
         {"id": "p-denied-host", "base_url": "{up:other}/v1", **openai},
         {"id": "p-denied-secret", "base_url": "{up:main}/v1", **openai,
          "credential": {"env": "IOP_OTHER_KEY"}},
         {"id": "p-denied-cmd", "type": "cli",
          "command": [sys.executable, CLI_TOOL, "hang", str(directory / PIDFILE)]},
+        # An allowed command whose probe would run any program as the Node's user.
+        {"id": "p-denied-probe", "type": "cli", "command": [sys.executable, CLI_TOOL, "echo"],
+         "probe_command": ["/bin/sh", "-c", f"id > {directory / MARKER}"],
+         "probe_interval_s": 1},
+        # Allowed, probed after it: once its probe ran, the refused one would have run too.
+        {"id": "p-probed", "type": "cli", "command": [sys.executable, CLI_TOOL, "echo"],
+         "probe_command": [sys.executable, CLI_TOOL, "envdump", str(directory / ALLOWED_PROBE)],
+         "probe_interval_s": 2},
     ]  # fmt: skip
 
 
 POLICY = {
-    "commands": [[sys.executable, CLI_TOOL, "echo"]],
-    "hosts": ["{up:main}"],
+    "commands": [[sys.executable, CLI_TOOL, "echo"], [sys.executable, CLI_TOOL, "envdump"]],
+    "hosts": ["{up:main}", "{host:other}"],  # http://127.0.0.1:P1, and 127.0.0.1:P2 (https)
     "secrets": {"env": ["IOP_ALLOWED_KEY"]},
 }
 MODELS = [
@@ -45,12 +60,14 @@ MODELS = [
         ("denied-host", "p-denied-host"),
         ("denied-secret", "p-denied-secret"),
         ("denied-cmd", "p-denied-cmd"),
+        ("denied-probe", "p-denied-probe"),
     ]
 ]
 REASONS = {
-    "p-denied-host": "upstream host 127.0.0.1:{port} is not an allowed host",
+    "p-denied-host": "upstream http://127.0.0.1:{port} is not an allowed host",
     "p-denied-secret": "secret env IOP_OTHER_KEY is not an allowed name",
-    "p-denied-cmd": "is not an allowed command prefix",
+    "p-denied-cmd": " is not an allowed command",
+    "p-denied-probe": "probe command /bin/sh -c 'id > ",
 }
 
 
@@ -76,6 +93,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 def test_denied_providers_are_unavailable_on_pool_with_the_reason_r_tls_3(stack: Stack):
+    """R-TLS-3: each refusal names what was refused: an http URL to a host allowed bare
+    (https only), a secret, a command, the probe command of an allowed command."""
     rows = {p["provider_id"]: p for p in stack.pool_snapshot()["providers"]}
     assert rows["p-ok"]["online"] and rows["p-ok"]["unavailable"] is None
     other_port = stack.upstream("other").url.rsplit(":", 1)[1]
@@ -86,7 +105,7 @@ def test_denied_providers_are_unavailable_on_pool_with_the_reason_r_tls_3(stack:
     assert "sk-other-secret" not in str(rows)
 
 
-@pytest.mark.parametrize("model", ["denied-host", "denied-secret", "denied-cmd"])
+@pytest.mark.parametrize("model", ["denied-host", "denied-secret", "denied-cmd", "denied-probe"])
 def test_a_request_for_a_denied_provider_is_refused_and_nothing_runs_r_tls_3(
     stack: Stack, http: httpx.Client, model: str
 ):
@@ -111,3 +130,44 @@ def test_the_node_logs_each_refusal_once_per_connection_r_tls_3(stack: Stack):
     log = stack.nodes[0].log.read_text()
     for pid in REASONS:
         assert log.count(f"provider {pid} refused by node policy") == 1
+
+
+def test_a_probe_command_outside_the_policy_never_runs_r_tls_3(stack: Stack):
+    """R-TLS-3 (sharpened): the command is allowed, its probe_command (`/bin/sh -c 'id >
+    marker'`, every second) is not: the provider is refused whole, so the probe never runs,
+    though an allowed provider's probe (every two seconds) did."""
+    row = provider_row(stack.pool_snapshot(), "p-denied-probe")
+    assert "probe command /bin/sh" in row["unavailable"]
+    eventually(lambda: (stack.dir / ALLOWED_PROBE).exists(), "the allowed probe ran")
+    assert not (stack.dir / MARKER).exists()
+
+
+def test_a_program_sees_the_base_environment_not_the_nodes_other_secrets_r_tls_3(stack: Stack):
+    """R-TLS-3 (sharpened): the Node's own environment holds its token and a provider key; a
+    program it starts (here a probe) gets only the fixed base, none of them."""
+    eventually(lambda: (stack.dir / ALLOWED_PROBE).exists(), "the allowed probe ran")
+    env = json.loads((stack.dir / ALLOWED_PROBE).read_text())["env"]
+    assert "PATH" in env
+    for name in ("IOP_NODE_TOKEN", "IOP_ALLOWED_KEY", "IOP_OTHER_KEY"):
+        assert name not in env
+    assert "sk-other-secret" not in json.dumps(env) and "sk-allowed" not in json.dumps(env)
+
+
+def test_a_pushed_revision_cannot_swap_in_a_probe_the_policy_forbids_r_tls_3(stack: Stack):
+    """R-TLS-3 (sharpened): probe_command is a live key; a revision that points an allowed
+    provider's probe at another program is checked when the Node installs it: the provider
+    turns unavailable with the reason, and the program never runs."""
+    document = yaml.safe_load(stack.config_path.read_text())
+    (provider,) = [p for p in document["nodes"][0]["providers"] if p["id"] == "p-probed"]
+    marker = stack.dir / "pushed-probe.marker"
+    provider["probe_command"] = ["/bin/sh", "-c", f"id > {marker}"]
+    provider["probe_interval_s"] = 1
+    status, report = stack.refresh("apply", document)
+    assert status == 200, report
+    stack.wait_until(
+        lambda snap: bool(provider_row(snap, "p-probed")["unavailable"]),
+        what="p-probed refused after the push",
+    )
+    reason = provider_row(stack.pool_snapshot(), "p-probed")["unavailable"]
+    assert reason.startswith("refused by node policy: probe command /bin/sh -c 'id > ")
+    assert not marker.exists()

@@ -98,3 +98,23 @@ def test_limits_have_bounds_and_name_their_path_r_tls_4(tmp_path):
     assert "limits.cli_run_timeout_s: must be > 0" in errors
     loaded = parse_config(_doc(limits={"max_line_bytes": 4096}), base_dir=tmp_path)
     assert loaded.limits == Limits(max_line_bytes=4096)
+
+
+def test_a_node_refuses_to_start_on_a_tls_key_others_can_read_r_tls_5(tmp_path, capsys):
+    """R-TLS-5: the client certificate's key readable by group or others stops the Node:
+    one line naming the file and the fix, exit 1."""
+    import yaml
+
+    from nodes.agent.main import main
+
+    pki = Pki(tmp_path / "pki")
+    pair = pki.client("n")
+    pair.key.chmod(0o644)
+    (tmp_path / "token").write_text("t")
+    tls = {"ca_file": str(pki.ca_file), "cert_file": str(pair.cert), "key_file": str(pair.key)}
+    doc = _doc(tls=tls, token={"file": str(tmp_path / "token")})
+    (tmp_path / "node.yaml").write_text(yaml.safe_dump(doc))
+    assert main(["--config", str(tmp_path / "node.yaml"), "--check"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"tls.key_file: {pair.key} can be read by others (mode 644); run chmod 600 {pair.key}"
+    )

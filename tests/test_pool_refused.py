@@ -18,7 +18,7 @@ POLICY = PoolPolicy(
     max_queue=16,
     queue_timeout_ms=0,
 )
-WHY = "refused by node policy: upstream host evil.example:443 is not an allowed host"
+WHY = "refused by node policy: upstream https://evil.example:443 is not an allowed host"
 
 
 def _row(pool: ProviderPool, provider_id: str):  # type: ignore[no-untyped-def]

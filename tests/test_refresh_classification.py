@@ -170,6 +170,13 @@ CASES: list[tuple[str, Callable[[Doc], object], str, str, str]] = [
         "serve operations a provider's driver lacks by translation (R-XLATE-1)",
     ),
     (
+        "fallbacks",
+        lambda d: model(d, "echo").update(fallbacks=[d["models"][0]["id"]]),
+        'models["echo"].fallbacks',
+        LIVE,
+        "model groups tried in order when this one cannot serve (R-FALL-1)",
+    ),
+    (
         "long_context_threshold",
         lambda d: d["openai"].update(long_context_threshold_tokens=50000),
         "openai.long_context_threshold_tokens",
@@ -298,6 +305,15 @@ CASES: list[tuple[str, Callable[[Doc], object], str, str, str]] = [
         'openai.principal_tokens["app-notebook"].tpm',
         LIVE,
         "principal token tokens per window (R-PRIN-2)",
+    ),
+    (
+        "principal_budget",
+        lambda d: d["openai"]["principal_tokens"][0].update(
+            budget={"tokens": 1000, "period": "day"}
+        ),
+        'openai.principal_tokens["app-notebook"].budget',
+        LIVE,
+        "principal token budget per UTC calendar period (R-BUD-1)",
     ),
     (
         "principal_token_max_queued",

@@ -70,7 +70,7 @@ EXPECTED_STATES = {
     "p-refused": "unavailable",
     "p-remote": "offline",
 }
-REFUSAL = "refused by node policy: command /bin/evil is not an allowed command prefix"
+REFUSAL = "refused by node policy: command /bin/evil is not an allowed command"
 
 
 class LivePool:

@@ -203,3 +203,36 @@ def test_the_page_is_for_staff_only(client):
     """R-PRIN-4: the page is for staff only."""
     response = client.get(reverse("usage-chart"))
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+@pytest.mark.django_db
+def test_a_budgeted_principal_gets_its_budget_line_r_bud_1(staff):
+    """R-BUD-1: the principal's chart draws the budget and the tokens used in its period,
+    counted from the period's start even before the window (a month budget here)."""
+    from catalog.models import PrincipalToken
+
+    PrincipalToken.objects.create(
+        token_ref="app-team-a",
+        token_hash_sha256="c" * 64,
+        principal_ref="team-a",
+        budget={"tokens": 1000, "period": "month"},
+    )
+    ledger(0, "team-a", "gpt", 3)  # 45 tokens this hour
+    ledger(1, "team-a", "gpt", 2)  # 30 tokens an hour ago
+    ledger(0, "team-b", "gpt", 4)
+    response = staff.get(reverse("usage-chart"))
+    sections = dict((key, section) for key, _, section in response.context["sections"])
+    charts = {c.key: c for c in sections["principal"].charts}
+    (budget,) = [p for p in charts["team-a"].panels if p.name == "budget"]
+    assert budget.limit == 1000 and budget.top >= 1000
+    used = budget.series[0].values
+    now = timezone.now()
+    if (now.day, now.hour) == (1, 0):  # the month started this hour: the count starts again
+        assert used[-1] == 45
+    else:
+        assert used[-1] >= 75 and used[-1] - used[-2] == 45  # cumulative within the period
+    assert all(p.name != "budget" for p in charts["team-b"].panels)
+    assert b'class="budget-limit" data-budget="1000"' in response.content
+    filtered = staff.get(reverse("usage-chart"), {"model_group": "gpt"})
+    sections = dict((key, section) for key, _, section in filtered.context["sections"])
+    assert all(p.name != "budget" for c in sections["principal"].charts for p in c.panels)

@@ -10,6 +10,7 @@ from catalog.config.addresses import parse_host_port
 from catalog.config.profiles import SEULGIVIBE_TYPES
 from catalog.config.profiles.model import freeze
 from catalog.config.rules.context import DEFAULT_RUN_TIMEOUT_MS, Context
+from catalog.config.rules.fallbacks import fallback_chain
 from catalog.config.schema import (
     AdminDoc,
     CredentialPlaneDoc,
@@ -24,6 +25,7 @@ from catalog.config.schema.base import SecretRefDoc
 from catalog.config.schema.sections import ServerTLSDoc
 from catalog.config.secrets import SecretRef
 from catalog.config.snapshot import (
+    Budget,
     CredentialPlane,
     EdgeSnapshot,
     KeyFile,
@@ -106,6 +108,7 @@ def _provider(
         concurrency=doc.concurrency,
         probe_interval_s=doc.probe_interval_s or 0.0,
         probe_command=tuple(doc.probe_command) if doc.probe_command is not None else None,
+        credential_env=doc.credential_env,
     )
 
 
@@ -166,12 +169,17 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
         )
     models: dict[str, ModelGroupSpec] = {}
     served: dict[str, dict[str, str]] = {}
+    declared = {m.doc.id: m.doc.fallbacks for m in parsed.models if isinstance(m.doc, ModelDoc)}
     for model_item in parsed.models:
         model = model_item.doc
         assert isinstance(model, ModelDoc)
         document["models"].append(_dump(model))
         models[model.id] = ModelGroupSpec(
-            model.id, model.usage_attribution, freeze(model.providers), model.translate
+            model.id,
+            model.usage_attribution,
+            freeze(model.providers),
+            model.translate,
+            fallback_chain(model.id, declared),
         )
         for provider_id, served_model in model.providers.items():
             served.setdefault(provider_id, {})[model.id] = served_model
@@ -186,6 +194,7 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
             rpm=t.rpm,
             tpm=t.tpm,
             max_queued=t.max_queued,
+            budget=None if t.budget is None else Budget(t.budget.tokens, t.budget.period),
         )
         for t in openai.principal_tokens
     )

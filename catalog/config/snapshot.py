@@ -52,6 +52,7 @@ class ProviderSpec:
     concurrency: int | None = None  # R-CFG-13: legacy metadata, never an admission limit
     probe_interval_s: float = 0.0  # R-HEALTH-3: 0 = no active probe
     probe_command: tuple[str, ...] | None = None  # cli providers: the probe program
+    credential_env: str | None = None  # managed cli providers: the slot secret's env name
 
     @property
     def address(self) -> str:
@@ -94,6 +95,17 @@ class ModelGroupSpec:
     usage_attribution: UsageAttribution = "provider"
     providers: Mapping[str, str] = field(default_factory=_empty, hash=False)
     translate: bool = False  # R-XLATE-1
+    # R-FALL-1: the groups tried after this one, in order: its ``fallbacks`` with each one's
+    # own chain after it, each group once (resolved at load; loops are refused there).
+    fallbacks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """R-BUD-1: prompt plus completion tokens a principal may use per UTC calendar period."""
+
+    tokens: int
+    period: str  # day | week | month
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +124,7 @@ class PrincipalTokenSpec:
     rpm: int | None = None
     tpm: int | None = None
     max_queued: int | None = None
+    budget: Budget | None = None  # R-BUD-1: the principal's (equal on each of its tokens)
 
 
 @dataclass(frozen=True, slots=True)

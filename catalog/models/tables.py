@@ -96,7 +96,16 @@ class ModelGroup(OrderedRow):
         max_length=20, blank=True, choices=USAGE_CHOICES, help_text="Blank means provider."
     )
 
-    columns = {"id": "key", "usage_attribution": "usage_attribution"}
+    fallbacks = DocumentJSONField(
+        null=True,
+        blank=True,
+        help_text=(
+            "Model group ids tried in order when this one cannot serve (R-FALL-1, live); "
+            'e.g. ["backup"]. Blank = none.'
+        ),
+    )
+
+    columns = {"id": "key", "usage_attribution": "usage_attribution", "fallbacks": "fallbacks"}
     child_keys = frozenset({"providers"})
 
     class Meta:
@@ -160,6 +169,15 @@ class PrincipalToken(OrderedRow):
         blank=True,
         help_text="Waiters this token may hold in the queue; blank = no share limit.",
     )
+    budget = DocumentJSONField(
+        null=True,
+        blank=True,
+        help_text=(
+            "The principal's tokens per UTC calendar period (R-BUD-1, live), e.g. "
+            '{"tokens": 5000000, "period": "month"} (day, week or month); the same on every '
+            "token of the principal. Blank = no budget."
+        ),
+    )
 
     columns = {
         "token_ref": "token_ref",
@@ -171,6 +189,7 @@ class PrincipalToken(OrderedRow):
         "rpm": "rpm",
         "tpm": "tpm",
         "max_queued": "max_queued",
+        "budget": "budget",
     }
 
     class Meta:

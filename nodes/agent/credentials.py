@@ -1,8 +1,9 @@
-"""Managed mode on the Node: open a run's lease envelope into that run's auth headers.
+"""Managed mode on the Node: open a run's lease envelope into that run's slot secret.
 
 R-MGD-4 / R-AUTH-4. The keys come from ``credential_plane`` in node.yaml (external files).
-The secret lives only in the headers of the one run it was issued for: it is not logged,
-not stored on any object that outlives the run. docs/credentials.md.
+The secret lives only in the one run it was issued for (its upstream auth header, or a cli
+program's environment, R-MGD-11): it is not logged, not stored on any object that outlives
+the run. docs/credentials.md.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from nodes.agent.adapters.http import auth_headers
 from nodes.agent.config import CredentialPlane
 from nodes.agent.envelope import EnvelopeOpener, EnvelopeRefused
 from nodes.envelope import load_key
@@ -46,7 +46,7 @@ def load_opener(plane: CredentialPlane) -> EnvelopeOpener:
 
 
 class LeaseCredentials:
-    """Turns a run's envelope into the upstream auth headers of that run only."""
+    """Turns a run's envelope into the slot secret of that run only."""
 
     def __init__(
         self,
@@ -59,22 +59,22 @@ class LeaseCredentials:
         self._node_id = node_id
         self._clock = clock
 
-    def headers(
+    def secret(
         self,
         envelope: dict[str, Any] | None,
         *,
         run_id: str,
         provider: ProviderPayload | None,
         generation: int | None,
-    ) -> dict[str, str]:
-        """The provider's auth headers carrying the envelope's secret ({} in legacy mode)."""
+    ) -> str | None:
+        """The envelope's secret for this run (None in legacy mode)."""
         if self._opener is None:
             if envelope is not None:
                 raise EnvelopeRefused(
                     "no_recipient_key",
                     "this node has no credential_plane recipient key for a lease envelope",
                 )
-            return {}
+            return None
         if envelope is None:
             raise EnvelopeRefused("missing", "the run carries no lease envelope (managed node)")
         if provider is None:
@@ -88,7 +88,6 @@ class LeaseCredentials:
             now=self._clock(),
         )
         try:
-            text = secret.decode("utf-8")
+            return secret.decode("utf-8")
         except UnicodeDecodeError:
             raise EnvelopeRefused("malformed", "the lease envelope's secret is not UTF-8") from None
-        return auth_headers(provider, text)

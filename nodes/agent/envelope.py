@@ -6,7 +6,9 @@ it; nothing here keeps it. Errors name what failed, never the secret.
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature, InvalidTag
@@ -31,26 +33,47 @@ class EnvelopeRefused(Exception):
 class ReplayCache:
     """Envelope ids seen and not yet expired, at most ``size`` of them (R-AUTH-4).
 
-    When it is full of live ids a new envelope is refused rather than an id forgotten
-    early, which would let that envelope be replayed. Ids leave in arrival order once
-    expired; one with a later expiry may keep younger expired ones a little longer.
+    Each id is kept until a deadline on the monotonic clock (its remaining life when it was
+    admitted), so a step of the wall clock never makes the cache forget an id early. When it
+    is full of live ids a new envelope is refused rather than an id forgotten early, which
+    would let that envelope be replayed. Ids leave in arrival order once expired; one with a
+    later deadline may keep younger expired ones a little longer.
     """
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._seen: OrderedDict[str, float] = OrderedDict()
+        self._seen: OrderedDict[str, float] = OrderedDict()  # id -> monotonic deadline
 
-    def admit(self, envelope_id: str, expires_at: float, now: float) -> None:
-        while self._seen and next(iter(self._seen.values())) + CLOCK_SKEW_S < now:
+    def admit(self, envelope_id: str, keep_s: float, mono: float) -> None:
+        while self._seen and next(iter(self._seen.values())) < mono:
             self._seen.popitem(last=False)
         if envelope_id in self._seen:
             raise EnvelopeRefused("replayed", "the lease envelope was already used")
         if len(self._seen) >= self.size:
             raise EnvelopeRefused("replay_cache_full", "the replay cache is full of live envelopes")
-        self._seen[envelope_id] = expires_at  # expiries arrive nearly in order: no sort
+        self._seen[envelope_id] = mono + keep_s  # deadlines arrive nearly in order: no sort
 
     def __len__(self) -> int:
         return len(self._seen)
+
+
+class SteadyClock:
+    """Wall-clock seconds that never go back and advance at least as fast as the monotonic
+    clock: a forward step is followed (envelopes expire sooner), a backward one is not (an
+    envelope the replay cache has forgotten never becomes live again)."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._monotonic = monotonic
+        self._last: tuple[float, float] | None = None
+
+    def read(self, wall: float) -> tuple[float, float]:
+        """(steady wall time, monotonic time) for a wall-clock reading ``wall``."""
+        mono = self._monotonic()
+        if self._last is not None:
+            last_wall, last_mono = self._last
+            wall = max(wall, last_wall + (mono - last_mono))
+        self._last = (wall, mono)
+        return wall, mono
 
 
 class EnvelopeOpener:
@@ -63,12 +86,14 @@ class EnvelopeOpener:
         recipient: X25519PrivateKey,
         issuers: dict[str, Ed25519PublicKey],
         replay_cache_size: int,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.recipient_key_id = recipient_key_id
         self._recipient = recipient
         self._recipient_raw = raw_public(recipient.public_key())
         self._issuers = dict(issuers)
         self._replay = ReplayCache(replay_cache_size)
+        self._clock = SteadyClock(monotonic)
 
     def open(
         self,
@@ -115,6 +140,7 @@ class EnvelopeOpener:
                     "wrong_binding", f"the lease envelope is bound to another {name}"
                 )
         expires_at = envelope.get("expires_at")
+        now, mono = self._clock.read(now)
         if not isinstance(expires_at, int) or expires_at + CLOCK_SKEW_S < now:
             raise EnvelopeRefused("expired", "the lease envelope has expired")
         header = {k: envelope.get(k) for k in _HEADER}
@@ -126,5 +152,5 @@ class EnvelopeOpener:
             secret = ChaCha20Poly1305(key).decrypt(nonce, sealed, canonical(header))
         except (InvalidTag, ValueError):
             raise EnvelopeRefused("does_not_open", "the lease envelope does not open") from None
-        self._replay.admit(str(envelope.get("id")), expires_at, now)
+        self._replay.admit(str(envelope.get("id")), expires_at + CLOCK_SKEW_S - now, mono)
         return secret

@@ -1,4 +1,5 @@
-"""``iop-node --config node.yaml``: run a Node until SIGTERM/SIGINT, then exit 0."""
+"""``iop-node --config node.yaml``: run a Node until SIGTERM/SIGINT, then exit 0.
+``iop-node keygen --out DIR``: make the Node's recipient key pair (nodes.agent.keygen)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ from nodes.agent import __version__
 from nodes.agent.client import NodeClient
 from nodes.agent.config import NodeConfig, NodeConfigError, load_config
 from nodes.agent.credentials import load_opener
+from nodes.agent.keygen import keygen
 from nodes.agent.secrets import SecretError, resolve_secret
-from nodes.envelope import KeyFileError
+from nodes.envelope import KeyFileError, KeyFileExposed
 from nodes.heap import settle_heap
 from obskit.context import NODE
 from obskit.logs import LogFormatError, configure, json_line, log_format
 from obskit.otel import Tracing, TracingConfigError, start_tracing
+from secretref.keyfiles import PrivateFileError, check_private
 
 log = logging.getLogger("iop_node")
 
@@ -54,13 +57,17 @@ async def _run(config: NodeConfig, grace_s: float, tracing: Tracing | None) -> N
     await client.run()
 
 
-def _refuse(fmt: str, reason: str) -> int:
-    """Why the Node does not start, on stderr (one JSON line with LOG_FORMAT=json); exit 2."""
+def _refuse(fmt: str, reason: str, code: int = 2) -> int:
+    """Why the Node does not start, on stderr (one JSON line with LOG_FORMAT=json); exit
+    ``code`` (2: an invalid config)."""
     print(json_line("ERROR", log.name, reason) if fmt == "json" else reason, file=sys.stderr)
-    return 2
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["keygen"]:
+        return keygen(argv[1:])
     args = _parser().parse_args(argv)
     try:  # R-OBS-4: from the first line on, every line is in the chosen format
         fmt = log_format(os.environ)
@@ -69,8 +76,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         config = load_config(args.config)
+        if config.tls is not None and config.tls.key_file is not None:
+            check_private(config.tls.key_file, "tls.key_file")
         if config.credential_plane is not None:  # R-AUTH-4: the keys must load at start
             load_opener(config.credential_plane)
+    except (KeyFileExposed, PrivateFileError) as exc:  # R-TLS-5: one line, the fix, exit 1
+        return _refuse(fmt, str(exc), 1)
     except (NodeConfigError, KeyFileError) as exc:
         return _refuse(fmt, str(exc))
     try:  # a Node without its token could only be refused, again and again

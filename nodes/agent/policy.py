@@ -1,26 +1,39 @@
 """The Node's own bound on what any Edge can make it do (R-TLS-3, docs/node.md).
 
 ``policy`` in node.yaml is an allowlist. When it is present, a provider is refused on this
-Node unless its command starts with an allowed argv prefix, every upstream URL's host and
-port match an allowed ``host[:port]`` pattern, and every secret it names is an allowed
-``{env}`` name or a ``{file}`` inside an allowed directory. A kind left out of the policy
-allows nothing of that kind. Without ``policy`` the Node runs what its Edge sends.
+Node unless every program it would start (its ``command`` and its ``probe_command``, as the
+exact argv) starts with an allowed argv prefix (or equals an exact one), every URL it would
+dial matches an allowed ``[scheme://]host[:port]`` pattern (a bare pattern allows https
+only), and every secret it names is an allowed ``{env}`` name or a ``{file}`` inside an
+allowed directory. A kind left out of the policy allows nothing of that kind. Without
+``policy`` the Node runs what its Edge sends, except what no policy may allow: a URL that is
+not http(s), and a declared environment name that changes how programs load
+(``secretref.envnames``).
+
+``Gate.check`` is the one check: the registry calls it for every provider of every payload
+it installs (at start and on every pushed revision), the cli adapter before it starts any
+program (runs and probes), and the HTTP client before it dials any URL (runs and probes).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import shlex
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from nodes.wire import NodePayload, ProviderPayload, SecretRefPayload
+from secretref.envnames import refused_name
 
 _NonEmpty = Annotated[str, Field(strict=True, min_length=1)]
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+EXACT = "$"  # a last argv element "$" makes a commands entry the exact argv, not a prefix
 
 
 class _Strict(BaseModel):
@@ -38,9 +51,23 @@ class SecretsPolicy(_Strict):
         return [os.path.realpath(os.path.join(base, os.path.expanduser(d))) for d in value]
 
 
+@dataclass(frozen=True, slots=True)
+class HostPattern:
+    scheme: str  # https unless the pattern says http://
+    host: str  # fnmatch pattern, lower case
+    port: int | None  # None: any port
+
+    def matches(self, scheme: str, host: str, port: int | None) -> bool:
+        return (
+            scheme == self.scheme
+            and fnmatch.fnmatchcase(host, self.host)
+            and self.port in (None, port)
+        )
+
+
 class NodePolicy(_Strict):
-    commands: list[list[_NonEmpty]] = []  # argv prefixes; a string is split like a shell
-    hosts: list[_NonEmpty] = []  # host, host:port, *.domain, *.domain:port, [v6]:port
+    commands: list[list[_NonEmpty]] = []  # argv prefixes (exact with a last "$"); str: shlex
+    hosts: list[_NonEmpty] = []  # [http://|https://]host[:port], *.domain, [v6]:port
     secrets: SecretsPolicy = SecretsPolicy()
 
     @field_validator("commands", mode="before")
@@ -52,7 +79,7 @@ class NodePolicy(_Strict):
         for item in value:
             if isinstance(item, str):
                 item = shlex.split(item)
-            if isinstance(item, list) and not item:
+            if isinstance(item, list) and not [part for part in item if part != EXACT]:
                 raise ValueError("an argv prefix must not be empty")
             out.append(item)
         return out
@@ -61,43 +88,22 @@ class NodePolicy(_Strict):
     @classmethod
     def _hosts(cls, value: list[str]) -> list[str]:
         for pattern in value:
-            _split_host(pattern)  # raises ValueError naming the bad pattern
-        return [p.lower() for p in value]
+            parse_host(pattern)  # raises ValueError naming the bad pattern
+        return [p.strip().lower() for p in value]
 
-    def refusal(self, provider: ProviderPayload) -> str | None:
-        """Why ``provider`` may not run on this Node, or None when the policy allows it."""
-        if provider.command is not None and not any(
-            provider.command[: len(prefix)] == prefix for prefix in self.commands
-        ):
-            program = provider.command[0] if provider.command else "(empty)"
-            return f"command {program} is not an allowed command prefix"
-        for url in provider.operations.values():
-            reason = self._host_refusal(url)
-            if reason:
-                return reason
-        refs = [("credential", provider.credential)] if provider.credential else []
-        refs += [(f"env {name}", ref) for name, ref in sorted(provider.env.items())]
-        for what, ref in refs:
-            reason = self._secret_refusal(what, ref)
-            if reason:
-                return reason
-        return None
-
-    def _host_refusal(self, url: str) -> str | None:
-        parts = urlsplit(url)
-        host = (parts.hostname or "").lower()
-        try:
-            port = parts.port or _DEFAULT_PORTS.get(parts.scheme.lower())
-        except ValueError:
-            port = None
-        for pattern in self.hosts:
-            want_host, want_port = _split_host(pattern)
-            if fnmatch.fnmatchcase(host, want_host) and want_port in (None, port):
+    def command_refusal(self, argv: list[str]) -> str | None:
+        for allowed in self.commands:
+            if allowed[-1] == EXACT:
+                if argv == allowed[:-1]:
+                    return None
+            elif argv[: len(allowed)] == allowed:
                 return None
-        shown = f"[{host}]" if ":" in host else host
-        return f"upstream host {shown}:{port} is not an allowed host"
+        return "is not an allowed command"
 
-    def _secret_refusal(self, what: str, ref: SecretRefPayload) -> str | None:
+    def host_allowed(self, scheme: str, host: str, port: int | None) -> bool:
+        return any(parse_host(p).matches(scheme, host, port) for p in self.hosts)
+
+    def secret_refusal(self, what: str, ref: SecretRefPayload) -> str | None:
         if ref.env is not None:
             if any(fnmatch.fnmatchcase(ref.env, pattern) for pattern in self.secrets.env):
                 return None
@@ -110,42 +116,158 @@ class NodePolicy(_Strict):
             return f"{what}: secret file {ref.file} is not inside an allowed directory"
         return None
 
+    def refusal(self, provider: ProviderPayload) -> str | None:
+        """Why ``provider`` may not run on this Node, or None (``Gate(self).provider``)."""
+        return Gate(self).provider(provider)
 
-def _split_host(pattern: str) -> tuple[str, int | None]:
-    """``host[:port]`` -> (host pattern, port or None); IPv6 in brackets."""
+
+@functools.lru_cache(maxsize=1024)  # a policy's patterns, parsed once, not per dial
+def parse_host(pattern: str) -> HostPattern:
+    """``[scheme://]host[:port]`` -> a pattern; a bare one is https only; IPv6 in brackets."""
     text = pattern.strip().lower()
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port_text = rest[1:] if rest.startswith(":") else ""
-        if rest and not rest.startswith(":"):
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "https", text
+    elif scheme not in _DEFAULT_PORTS:
+        raise ValueError(f"{pattern}: the scheme must be http:// or https://")
+    if "/" in rest:
+        raise ValueError(f"{pattern}: must be [scheme://]host[:port], without a path")
+    if rest.startswith("["):
+        host, _, after = rest[1:].partition("]")
+        port_text = after[1:] if after.startswith(":") else ""
+        if after and not after.startswith(":"):
             raise ValueError(f"{pattern}: must be host[:port] ([v6]:port for IPv6)")
-    elif text.count(":") == 1:
-        host, _, port_text = text.partition(":")
+    elif rest.count(":") == 1:
+        host, _, port_text = rest.partition(":")
     else:
-        host, port_text = text, ""
+        host, port_text = rest, ""
     if not host:
         raise ValueError(f"{pattern}: must name a host")
+    port = None
     if port_text:
         if not port_text.isdigit() or not 0 < int(port_text) < 65536:
             raise ValueError(f"{pattern}: port must be 1..65535")
-        return host, int(port_text)
-    return host, None
+        port = int(port_text)
+    return HostPattern(scheme, host, port)
+
+
+@dataclass(frozen=True, slots=True)
+class Use:
+    """One thing the Node would do for a provider: start ``argv`` giving it the declared
+    environment ``env`` (names beyond the base), or dial ``url``."""
+
+    what: str  # "command", "probe command", "upstream"
+    argv: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    url: str = ""
+
+    @classmethod
+    def program(cls, what: str, argv: list[str] | tuple[str, ...], env: Any = ()) -> Use:
+        return cls(what, argv=tuple(argv), env=tuple(sorted(env)))
+
+    @classmethod
+    def dial(cls, url: str) -> Use:
+        return cls("upstream", url=url)
+
+
+def declared_env(provider: ProviderPayload, *, probe: bool = False) -> list[str]:
+    """The environment names a provider's program gets beyond the base: its ``env`` and,
+    for a run (never a probe, R-MGD-10), the name its managed slot secret goes in."""
+    names = list(provider.env)
+    if provider.credential_env and not probe:
+        names.append(provider.credential_env)
+    return names
+
+
+def uses(provider: ProviderPayload) -> Iterator[Use]:
+    """Every program and URL ``provider`` can make this Node start or dial."""
+    if provider.command is not None:
+        yield Use.program("command", provider.command, declared_env(provider))
+    if provider.probe_command is not None:
+        probe_env = declared_env(provider, probe=True)
+        yield Use.program("probe command", provider.probe_command, probe_env)
+    for url in provider.operations.values():
+        if url:
+            yield Use.dial(url)
+
+
+class Gate:
+    """The one policy check for everything a Node starts or dials (R-TLS-3)."""
+
+    def __init__(self, policy: NodePolicy | None = None) -> None:
+        self.policy = policy
+
+    def check(self, provider: ProviderPayload, use: Use) -> str | None:
+        """Why this Node may not do ``use`` for ``provider``, or None when it may."""
+        if use.url:
+            return self._url(use.url)
+        if not use.argv:
+            return f"{use.what} is empty"
+        for name in use.env:
+            reason = refused_name(name)
+            if reason is not None:
+                return f"{use.what} environment: {reason}"
+        if self.policy is not None:
+            reason = self.policy.command_refusal(list(use.argv))
+            if reason is not None:
+                return f"{use.what} {shlex.join(use.argv)} {reason}"
+        return None
+
+    def provider(self, provider: ProviderPayload) -> str | None:
+        """The first refusal among everything ``provider`` can make the Node do, or None."""
+        for use in uses(provider):
+            reason = self.check(provider, use)
+            if reason is not None:
+                return reason
+        if self.policy is None:
+            return None
+        refs = [("credential", provider.credential)] if provider.credential else []
+        refs += [(f"env {name}", ref) for name, ref in sorted(provider.env.items())]
+        for what, ref in refs:
+            reason = self.policy.secret_refusal(what, ref)
+            if reason:
+                return reason
+        return None
+
+    def _url(self, url: str) -> str | None:
+        parts = urlsplit(url)
+        scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+        try:
+            port = parts.port or _DEFAULT_PORTS.get(scheme)
+        except ValueError:
+            port = None
+        shown = f"[{host}]" if ":" in host else host
+        if scheme not in _DEFAULT_PORTS:
+            return f"upstream {scheme}://{shown} is not http or https"
+        if self.policy is None or self.policy.host_allowed(scheme, host, port):
+            return None
+        return f"upstream {scheme}://{shown}:{port} is not an allowed host"
+
+
+class PolicyRefused(Exception):
+    """A program or URL the policy does not allow; raised at the point of use."""
+
+
+def require(gate: Gate, provider: ProviderPayload, use: Use) -> None:
+    reason = gate.check(provider, use)
+    if reason is not None:
+        raise PolicyRefused(f"refused by node policy: {reason}")
 
 
 def policy_for(payload: NodePayload) -> dict[str, Any]:
-    """The narrowest policy that allows exactly ``payload``'s providers (node.yaml shape)."""
+    """The narrowest policy that allows exactly ``payload``'s providers (node.yaml shape):
+    each command and probe command as its exact argv, each upstream with its scheme."""
     commands: list[list[str]] = []
     hosts: set[str] = set()
     env: set[str] = set()
     dirs: set[str] = set()
     for provider in payload.providers:
-        if provider.command and provider.command not in commands:
-            commands.append(list(provider.command))
+        for argv in (provider.command, provider.probe_command):
+            if argv and [*argv, EXACT] not in commands:
+                commands.append([*argv, EXACT])
         for url in provider.operations.values():
-            parts = urlsplit(url)
-            host = parts.hostname or ""
-            port = parts.port or _DEFAULT_PORTS.get(parts.scheme.lower())
-            hosts.add(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+            if url:
+                hosts.add(_host_entry(url))
         refs = [provider.credential, *provider.env.values()]
         for ref in refs:
             if ref is not None and ref.env:
@@ -157,3 +279,11 @@ def policy_for(payload: NodePayload) -> dict[str, Any]:
         "hosts": sorted(hosts),
         "secrets": {"env": sorted(env), "file_dirs": sorted(dirs)},
     }
+
+
+def _host_entry(url: str) -> str:
+    parts = urlsplit(url)
+    scheme, host = parts.scheme.lower(), parts.hostname or ""
+    port = parts.port or _DEFAULT_PORTS.get(scheme)
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return where if scheme == "https" else f"{scheme}://{where}"

@@ -2,11 +2,13 @@
 and the verdict goes to the Edge as ``probe_result``.
 
 An HTTP provider is probed with its profile's ``models`` operation (GET, the provider's own
-headers and credential); a cli provider with its ``probe_command`` (exit status 0 =
-healthy). A probe is not a run: it takes no capacity slot on the Edge and is not counted
-by the registry. Each probe is bounded by the provider's ``first_byte_timeout_s``; a
-hanging one fails and its connection or process is dropped. Reasons never carry an
-upstream address.
+headers and credential); a probe that carries no credential (every managed provider: the
+slot secret comes only with a run, R-MGD-10) takes a 401 or 403 as "reachable". A cli
+provider is probed with its ``probe_command`` (exit status 0 = healthy), through the same
+policy check as its runs (R-TLS-3). A probe is not a run: it takes no capacity slot on the
+Edge and is not counted by the registry. Each probe is bounded by the provider's
+``first_byte_timeout_s``; a hanging one fails and its connection or process is dropped.
+Reasons never carry an upstream address.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import logging
 
 from nodes import wire
 from nodes.agent.adapters.base import AdapterError
-from nodes.agent.adapters.cli import CliAdapter, kill_group
+from nodes.agent.adapters.cli import CliAdapter
 from nodes.agent.adapters.http import Upstream, provider_headers
 from nodes.agent.outbox import SendMessage
 from nodes.agent.registry import Registry
@@ -74,10 +76,9 @@ async def probe_once(registry: Registry, provider: wire.ProviderPayload) -> tupl
     timeout_s = provider.first_byte_timeout_s
     try:
         async with asyncio.timeout(timeout_s):
-            if provider.adapter == "cli":
-                adapter = registry.adapters[provider.id]
-                assert isinstance(adapter, CliAdapter)
-                return await _probe_command(list(provider.probe_command or ()), adapter.env)
+            adapter = registry.adapters[provider.id]
+            if isinstance(adapter, CliAdapter):
+                return await adapter.probe()  # the policy checks its exact argv (R-TLS-3)
             return await _probe_models(registry, provider)
     except TimeoutError:
         return False, f"no answer within {timeout_s:g} s"
@@ -94,6 +95,7 @@ async def _probe_models(registry: Registry, provider: wire.ProviderPayload) -> t
             registry.http,
             "GET",
             url,
+            provider=provider,
             headers=headers,
             body=None,
             first_byte_s=provider.first_byte_timeout_s,
@@ -106,25 +108,7 @@ async def _probe_models(registry: Registry, provider: wire.ProviderPayload) -> t
                 if size > MAX_PROBE_BODY:
                     break  # it answered; the rest of a huge list is not needed
     except AdapterError as exc:
+        if not secrets and exc.status in (401, 403):
+            return True, ""  # R-MGD-10: it answered; a probe without a credential expects this
         return False, exc.to_wire().reason
     return True, ""
-
-
-async def _probe_command(argv: list[str], env: dict[str, str]) -> tuple[bool, str]:
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,  # its own process group, killed as a whole
-        )
-    except OSError as exc:
-        return False, f"cannot start the probe command: {exc.strerror}"
-    try:
-        code = await proc.wait()
-    finally:
-        kill_group(proc)  # on a timeout the probe and anything it started go
-        await proc.wait()  # reap: no zombies
-    return (True, "") if code == 0 else (False, f"probe command exited with code {code}")

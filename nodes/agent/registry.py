@@ -11,20 +11,22 @@ from nodes.agent.adapters.http import HttpClient
 from nodes.agent.adapters.ollama import OllamaAdapter
 from nodes.agent.adapters.openai_compat import OpenAICompatAdapter
 from nodes.agent.limits import DEFAULT_LIMITS, Limits
-from nodes.agent.policy import NodePolicy
+from nodes.agent.policy import Gate, NodePolicy
 from nodes.agent.secrets import SecretError
 from nodes.wire import NodePayload, ProviderPayload
 
 log = logging.getLogger("iop_node.registry")
 
 
-def _build_adapter(provider: ProviderPayload, http: HttpClient, limits: Limits) -> Adapter:
+def _build_adapter(
+    provider: ProviderPayload, http: HttpClient, limits: Limits, gate: Gate
+) -> Adapter:
     if provider.adapter == "openai_compat":
         return OpenAICompatAdapter(provider, http)
     if provider.adapter == "ollama":
         return OllamaAdapter(provider, http)
     if provider.adapter == "cli":
-        return CliAdapter(provider, limits)
+        return CliAdapter(provider, limits, gate)
     raise ValueError(f"provider {provider.id}: unknown adapter {provider.adapter!r}")
 
 
@@ -39,18 +41,19 @@ class Registry:
     ) -> None:
         self.revision = payload.revision
         self.payload = payload
-        self.http = HttpClient(limits)
+        self.gate = Gate(policy)  # R-TLS-3: the one check, also at every start and dial
+        self.http = HttpClient(limits, self.gate)
         self.adapters: dict[str, Adapter] = {}
         self.providers = {provider.id: provider for provider in payload.providers}
         self.errors: dict[str, str] = {}  # provider id -> why it cannot run here
         for provider in payload.providers:
-            refusal = policy.refusal(provider) if policy is not None else None
-            if refusal is not None:  # R-TLS-3: never built, so it can never run
+            refusal = self.gate.provider(provider)
+            if refusal is not None:  # R-TLS-3: never built, so it never runs nor is probed
                 self.errors[provider.id] = f"refused by node policy: {refusal}"
                 log.error("provider %s refused by node policy: %s", provider.id, refusal)
                 continue
             try:
-                self.adapters[provider.id] = _build_adapter(provider, self.http, limits)
+                self.adapters[provider.id] = _build_adapter(provider, self.http, limits, self.gate)
             except (SecretError, ValueError) as exc:
                 self.errors[provider.id] = str(exc)  # names references, never values
                 log.error("provider %s is unusable on this node: %s", provider.id, exc)

@@ -157,8 +157,8 @@ class Router:
             await self._refuse(run_id, span, ctx, exc.to_wire(), exc)
             return
         forward = message.forward_headers if isinstance(message, wire.TunnelRequest) else {}
-        try:  # R-MGD-4: the run's own credential, for this one upstream call
-            auth = self._credentials.headers(
+        try:  # R-MGD-4: the run's own credential, for this one upstream call or program
+            credential = self._credentials.secret(
                 message.lease_envelope,
                 run_id=run_id,
                 provider=registry.providers.get(message.provider_id),
@@ -172,14 +172,13 @@ class Router:
             )
             await self._refuse(run_id, span, ctx, refused.to_wire(), refused)
             return
-        if auth:
-            forward = {**forward, **auth}
         spec = RunSpec(
             run_id=run_id,
             operation=message.operation,
             stream=message.stream,
             body=body,
             forward_headers=forward,
+            credential=credential,
         )
         out = RunOutput(run_id, self._send, credit=message.credit)
         run = _Run(run_id, out=out, span=span)

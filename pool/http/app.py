@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from catalog.config import EdgeSnapshot
@@ -18,17 +19,19 @@ from obskit.context import TRACE_ID
 from pool.http import observe
 from pool.http.auth import Caller
 from pool.http.body import ClientGone, read_body
+from pool.http.budgets import Budgets
 from pool.http.dispatch import dispatch
 from pool.http.errors import HttpError, model_not_found
+from pool.http.fallback import Served, chain_of, serve
 from pool.http.limits import RateLimited, Ticket, TokenLimiter
 from pool.http.managed import Grant, RouteCredentials
 from pool.http.metrics import metrics_response, scrape_allowed
 from pool.http.operations import ENDPOINTS, Endpoint, ParsedRequest, Target, parse_request
 from pool.http.plane import DataPlane
 from pool.http.relay import WRITE_FLOW, DisconnectWatch, Exchange
+from pool.http.spent import tokens_of
 from pool.http.tables import Tables
 from pool.metering import RequestRecord
-from pool.translate.plan import translated_needs
 
 if TYPE_CHECKING:
     from obskit.otel import Tracing
@@ -54,6 +57,7 @@ class OpenAIApp:
         self._snapshot: EdgeSnapshot | None = None
         self._tables: Tables | None = None
         self.limiter = TokenLimiter(rate_window_s)  # R-PRIN-2: per-token counters, this Edge
+        self.budgets = Budgets(runtime.meter.budgets)  # R-BUD-1: from the meter's view
 
     def tables(self) -> Tables:
         """The lookup tables of the active snapshot, rebuilt when it is swapped."""
@@ -62,6 +66,7 @@ class OpenAIApp:
             self._tables = Tables(snapshot, self.runtime.started_at)
             self._snapshot = snapshot
             self.limiter.retain(t.token_ref for t in snapshot.principal_tokens)
+            self.runtime.meter.configure_budgets(self.budgets.limits_of(snapshot))
         return self._tables
 
     def target(self, model: str, provider_id: str) -> Target | None:
@@ -129,6 +134,9 @@ class OpenAIApp:
             raise HttpError("method_not_allowed", f"{scope['path']} accepts POST only")
         if self.runtime.draining:  # stopping: the running requests finish, no new one starts
             raise HttpError("no_available_provider", "the Edge is shutting down")
+        budget = self.budgets.admit(caller.principal_ref)  # R-BUD-1: before the body is read
+        if budget is not None:
+            ex.extra_headers = budget
         forward = tables.provider_auth.forward_headers(headers)
         body = await read_body(receive, headers.get(b"content-length"), tables.max_request_bytes)
         request = parse_request(endpoint, body)
@@ -137,8 +145,6 @@ class OpenAIApp:
             raise model_not_found(request.model)
         if request.model in tables.snapshot.models:
             meta.model_group = request.model
-        if request.model in tables.translating:  # R-XLATE-1: admission counts translations
-            request.needs = translated_needs(request.needs, endpoint.capability)
         if caller.limits is not None and caller.token_ref is not None:
             try:  # R-PRIN-2: before admission, from this Edge's counters
                 meta.ticket = self.limiter.admit(
@@ -147,17 +153,17 @@ class OpenAIApp:
             except RateLimited as exc:
                 raise HttpError("rate_limited", str(exc), headers=exc.headers()) from None
             if meta.ticket.quota is not None:
-                ex.extra_headers = meta.ticket.quota.headers()
-        long = request.input_tokens_estimate >= tables.long_threshold  # R-POOL-7
-        tables.check_fits(request.model, request.input_tokens_estimate, long)  # R-IN-4
+                ex.extra_headers = ex.extra_headers + meta.ticket.quota.headers()
         credentials = None
         if tables.managed is not None and meta.grant is not None:
             credentials = RouteCredentials(tables.managed, meta.grant, request.model)
-        watch = DisconnectWatch(receive, ex)
-        try:
-            await dispatch(
+        groups = chain_of(tables, request, caller, credentials is not None)  # R-FALL-1
+        meta.served = Served(request.model)
+
+        def run(attempt: ParsedRequest, long: bool) -> Awaitable[None]:
+            return dispatch(
                 self.runtime,
-                request,
+                attempt,
                 long=long,
                 window=tables.stream_buffer_bytes,
                 forward_headers=forward,
@@ -167,6 +173,10 @@ class OpenAIApp:
                 max_queued=caller.max_queued,
                 credentials=credentials,
             )
+
+        watch = DisconnectWatch(receive, ex)
+        try:
+            await serve(tables, request, groups, ex, meta.served, run)
         except asyncio.CancelledError:
             if not watch.absorb():
                 raise
@@ -220,36 +230,44 @@ class OpenAIApp:
     def _end(self, meta: _Meta, ex: Exchange, duration_s: float) -> None:
         """The request ended however it ended: its limiter charge is settled, then metered."""
         input_tokens, output_tokens, estimated = _usage(meta, ex)
+        spent = input_tokens + output_tokens + sum(s.total for s in ex.spent)  # R-BUD-2
         if meta.ticket is not None:  # R-PRIN-2: exactly once, the estimate corrected
-            self.limiter.finish(meta.ticket, input_tokens + output_tokens)
+            self.limiter.finish(meta.ticket, spent)
         request = meta.request
         status = ex.status or 500
+        meter = self.runtime.meter
+        group, asked = meta.model_group, ""
+        served = meta.served
+        if group and served is not None and served.group != served.asked:  # R-FALL-1
+            group, asked = served.group, served.asked
         stream = ex.stream or (request is not None and request.stream)
         obs = meta.obs
         assert obs is not None
         ttft = observe.ttft_s(obs, stream, status)
         node_id = self._observed(meta, ex, status, input_tokens, output_tokens, duration_s)
-        self.runtime.meter.record(
-            RequestRecord(
-                operation=meta.operation,
-                model_group=meta.model_group,
-                provider_id=ex.provider_id,
-                principal_ref=meta.principal_ref,
-                token_ref=meta.token_ref,
-                status=status,
-                code=ex.code,
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-                estimated=estimated,
-                duration_s=duration_s,
-                stream=stream,
-                request_id=obs.request_id,
-                trace_id=TRACE_ID.get(),
-                node_id=node_id,
-                queue_wait_s=obs.queue_wait_s,
-                ttft_s=ttft,
-            )
+        record = RequestRecord(
+            operation=meta.operation,
+            model_group=group,
+            requested_group=asked,
+            provider_id=ex.provider_id,
+            principal_ref=meta.principal_ref,
+            token_ref=meta.token_ref,
+            status=status,
+            code=ex.code,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            estimated=estimated,
+            duration_s=duration_s,
+            stream=stream,
+            request_id=obs.request_id,
+            trace_id=TRACE_ID.get(),
+            node_id=node_id,
+            queue_wait_s=obs.queue_wait_s,
+            ttft_s=ttft,
         )
+        for attempt in ex.spent:  # R-BUD-2: discarded attempts, tokens only
+            meter.record(attempt.record_of(record))
+        meter.record(record)
 
     def _observed(
         self, meta: _Meta, ex: Exchange, status: int, tokens_in: int, tokens_out: int, took: float
@@ -290,7 +308,7 @@ def _usage(meta: _Meta, ex: Exchange) -> tuple[int, int, bool]:
     reached = ex.provider_id is not None and ex.reached  # a refused connection used nothing
     if request is not None and reached and meta.operation != "count_tokens":
         # No usage from the upstream: the documented estimates, marked as such.
-        return request.input_tokens_estimate, (ex.output_bytes + 3) // 4, True
+        return request.input_tokens_estimate, tokens_of(ex.relayed_chars), True
     return 0, 0, False
 
 
@@ -304,6 +322,7 @@ class _Meta:
         "operation",
         "principal_ref",
         "request",
+        "served",
         "ticket",
         "token_ref",
     )
@@ -316,4 +335,5 @@ class _Meta:
         self.request: ParsedRequest | None = None
         self.ticket: Ticket | None = None  # the limiter's charge, settled once at the end
         self.grant: Grant | None = None
+        self.served: Served | None = None  # R-FALL-1: the group asked of, the one serving
         self.obs: observe.Observation | None = None

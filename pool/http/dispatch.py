@@ -132,7 +132,7 @@ async def _attempt(
         if opened is None:  # answered here: nothing to run
             return None, verdict
         source, target = opened
-        names = ModelNames(request.model)  # the name the client asked for (docs/http-api.md)
+        names = ModelNames(request.name)  # the name the client asked for (docs/http-api.md)
         try:
             if not request.stream:
                 end = await relay_whole(source, ex, silence_s=target.silence_s, names=names)

@@ -74,6 +74,12 @@ ERRORS: dict[str, Row] = {
     "rate_limited": Row(
         429, "rate_limit_error", "rate_limit_error", "rate limit reached for this token"
     ),
+    "budget_exceeded": Row(  # R-BUD-1: OpenAI's own type for a spent quota
+        429,
+        "insufficient_quota",
+        "rate_limit_error",
+        "this principal's token budget for the period is spent",
+    ),
     "internal_error": Row(500, "server_error", "api_error", "internal error"),
     "upstream_error": Row(502, "server_error", "api_error", "the upstream request failed"),
     "repetition_detected": Row(

@@ -27,6 +27,7 @@ from pool.gate.recovery import RESAMPLE, RecoveryPlan, continuation
 from pool.http.attempt import Attempt, TargetOf, open_attempt
 from pool.http.operations import ParsedRequest
 from pool.http.relay import Exchange, RunSource
+from pool.http.spent import Spent, TextTally, tokens_of
 
 log = logging.getLogger("iop.gate")
 
@@ -152,16 +153,17 @@ class Recovery:
 class GatedSource(FilteredRun):
     """A ``RunSource`` whose Chat SSE passed the gate, across every attempt of the request."""
 
-    __slots__ = ("_chat", "_observed", "_provider", "_recovered", "_recovery")
+    __slots__ = ("_chat", "_observed", "_provider", "_recovered", "_recovery", "_run")
 
     def __init__(self, source: RunSource, recovery: Recovery) -> None:
         super().__init__(source)
         self._recovery = recovery
-        self._chat = GatedChat(recovery.pipeline(), recovery.request.model)
+        self._chat = GatedChat(recovery.pipeline(), recovery.request.name)
         lease = recovery.attempt.lease
         self._provider = lease.provider_id if lease is not None else ""
         self._recovered = False  # a recovery happened: count it when the stream is complete
         self._observed = False
+        self._run = TextTally()  # model text the current run sent (R-BUD-2: metered if discarded)
 
     def get_nowait(self) -> str | wire.RunEnd | None:
         while not self._out:
@@ -191,6 +193,7 @@ class GatedSource(FilteredRun):
     def _gate(self, item: str | wire.RunEnd) -> None:
         chat = self._chat
         if isinstance(item, str):
+            self._run.add(item)
             out = chat.feed(item)
         elif item.ok:
             out = chat.end()
@@ -224,6 +227,12 @@ class GatedSource(FilteredRun):
         recovery = self._recovery
         strategy = recovery.fired(self._provider)
         recovery.counts.add(self._provider, FIRED)
+        # R-BUD-2: the discarded run produced what it sent, delivered or held; the request's
+        # own usage is then the next run's (its text counted from here).
+        ex = recovery.ex
+        estimate = recovery.request.input_tokens_estimate
+        ex.spent.append(Spent(self._provider, estimate, tokens_of(self._run.chars)))
+        ex.tally, self._run = TextTally(), TextTally()
         log.warning(
             "stream evidence gate: %s fired on provider %s (run %s, %s); recovery: %s",
             verdict.fired, self._provider, self._src.run_id, _evidence(verdict),

@@ -22,9 +22,10 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 
 from catalog.config import EdgeSnapshot, KeyFile, ProviderSpec
 from catalog.keyring import Keyring, KeyringError
-from nodes.envelope import Binding, KeyFileError, issue, load_key
+from nodes.envelope import Binding, KeyFileError, KeyFileExposed, issue, load_key
 from pool.http.auth import Caller, Headers, presented_token
 from pool.http.errors import HttpError
+from secretref.keyfiles import PrivateFileError, check_private
 
 log = logging.getLogger("iop.http")
 
@@ -41,9 +42,14 @@ def load_recipient_key(node_id: str, key: KeyFile) -> X25519PublicKey:
 
 def load_keyring(path: str) -> Keyring:
     try:
-        return Keyring.load(path)
+        keyring = Keyring.load(path)
     except KeyringError as exc:
         raise KeyFileError(f"credential_plane.keyring_file: {exc}") from None
+    try:  # R-TLS-5: key material others can read is refused at start, with the fix
+        check_private(path, "credential_plane.keyring_file")
+    except PrivateFileError as exc:
+        raise KeyFileExposed(str(exc)) from None
+    return keyring
 
 
 @dataclass(frozen=True, slots=True)

@@ -133,6 +133,12 @@ class ParsedRequest:
     needs: frozenset[str]
     input_tokens_estimate: int
     body_bytes: int = 0  # the request body's size: the ingress snapshot's (R-SEG-6)
+    asked: str = ""  # R-FALL-1: the caller's model when a fallback group (``model``) serves it
+
+    @property
+    def name(self) -> str:
+        """The model name the caller asked for: answers carry it (docs/http-api.md)."""
+        return self.asked or self.model
 
 
 def _invalid(message: str, param: str | None = None) -> HttpError:

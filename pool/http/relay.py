@@ -17,6 +17,7 @@ from nodes.runs import RunOutput
 from pool.http.body import ClientGone
 from pool.http.errors import HttpError, error_json, from_run_error, stream_error_event
 from pool.http.naming import ModelNames
+from pool.http.spent import TERMINAL_GRACE_S, Spent, TextTally, ends_stream, text_chars
 
 # What the relay reads a run's output from: the Node's ``RunChannel`` or a filter over it
 # (``pool.translate.channel``, ``pool.http.gated``).
@@ -53,9 +54,13 @@ class Exchange:
         "provider_id",
         "reached",
         "send",
+        "spent",
         "started",
         "status",
         "stream",
+        "tally",
+        "terminal",
+        "text_chars",
         "usage",
     )
 
@@ -73,6 +78,13 @@ class Exchange:
         self.usage: wire.Usage | None = None
         self.output_bytes = 0
         self.extra_headers: list[tuple[bytes, bytes]] = []  # x-ratelimit-* (R-PRIN-2)
+        # R-BUD-2 (pool/http/spent.py): the stream's terminal event went out; model text
+        # relayed (a whole body's, or a stream's tally: for an estimate); attempts discarded
+        # on the way, metered on their own.
+        self.terminal = False
+        self.text_chars = 0
+        self.tally: TextTally | None = None
+        self.spent: list[Spent] = []
         # A translated stream's own end after a failure (a Responses stream: response.failed).
         self.in_band_failure: Callable[[str, str], str | None] | None = None
 
@@ -111,8 +123,16 @@ class Exchange:
                 return text.encode()
         return stream_error_event(err, self.anthropic)
 
+    @property
+    def relayed_chars(self) -> int:
+        """Model text relayed (R-BUD-2): the stream's tally, else the whole body's."""
+        return self.tally.chars if self.tally is not None else self.text_chars
+
     def client_gone(self) -> None:
-        self.status, self.code, self.done = CLIENT_CLOSED, "client_closed", True
+        """The client left; after the stream's terminal event the answer stands as sent."""
+        self.done = True
+        if not self.terminal:
+            self.status, self.code = CLIENT_CLOSED, "client_closed"
 
     async def open_stream(self) -> None:
         if not self.started:
@@ -157,9 +177,11 @@ async def relay_whole(
             channel.release()  # held here, bounded by MAX_WHOLE_BODY_CHARS
             continue
         ex.usage = item.usage
+        text = "".join(parts)
+        if item.usage is None:  # R-BUD-2: the estimate when no usage came
+            ex.text_chars = text_chars(text)
         if not item.ok:
             raise from_run_error(item.error, _run_label(channel))
-        text = "".join(parts)
         body = (names.whole(text) if names is not None else text).encode()
         ex.output_bytes = len(body)
         await ex.respond(200, body)
@@ -180,6 +202,7 @@ async def relay_stream(
     truncation) and returns the failed end.
     """
     ex.stream = True
+    ex.tally = TextTally()
     if ping_s is None:
         ping_s = PING_INTERVAL_S
     item = await _next(channel, ex, ping_s, silence_s)
@@ -196,6 +219,7 @@ async def relay_stream(
             text = parts[0] if len(parts) == 1 else "".join(parts)
             if names is not None:
                 text = names.chunk(text) + (names.flush() if end is not None else "")
+            ex.tally.add(text)
             body = text.encode()
         else:
             end, body = item, (names.flush().encode() if names is not None else b"")
@@ -203,8 +227,11 @@ async def relay_stream(
             await ex.open_stream()
             if body:
                 await ex.chunk(body, True)
+                if not ex.terminal:  # R-BUD-2: complete for the client from here on
+                    ex.terminal = ends_stream(body)
             channel.hold()
-            await ex.drained(silence_s)  # R-IN-5: no more from the Node until the client reads
+            if not ex.terminal:  # R-IN-5: no more from the Node until the client reads
+                await ex.drained(silence_s)
             channel.release()
             item = await _next(channel, ex, ping_s, silence_s)
             continue
@@ -265,11 +292,12 @@ class DisconnectWatch:
     """Cancels the request task when the client goes away, so the run and lease end at once.
 
     A disconnect after the final chunk (daphne reports one after every response) is
-    ignored. ``absorb`` tells whether a CancelledError was ours; any other cancellation
-    (daphne's kill, shutdown) must propagate.
+    ignored. After the stream's terminal event the run is read on for its usage (R-BUD-2),
+    for at most ``TERMINAL_GRACE_S``. ``absorb`` tells whether a CancelledError was ours; any
+    other cancellation (daphne's kill, shutdown) must propagate.
     """
 
-    __slots__ = ("_armed", "_ex", "_task", "_watcher", "disconnected")
+    __slots__ = ("_armed", "_ex", "_grace", "_task", "_watcher", "disconnected")
 
     def __init__(self, receive: Receive, ex: Exchange) -> None:
         task = asyncio.current_task()
@@ -278,16 +306,24 @@ class DisconnectWatch:
         self._ex = ex
         self._armed = True
         self.disconnected = False
+        self._grace: asyncio.TimerHandle | None = None
         self._watcher = asyncio.get_running_loop().create_task(self._watch(receive))
 
     async def _watch(self, receive: Receive) -> None:
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                if self._armed and not self._ex.done:
-                    self.disconnected = True
-                    self._task.cancel()
+                if self._ex.terminal:
+                    loop = asyncio.get_running_loop()
+                    self._grace = loop.call_later(TERMINAL_GRACE_S, self._cancel)
+                else:
+                    self._cancel()
                 return
+
+    def _cancel(self) -> None:
+        if self._armed and not self._ex.done:
+            self.disconnected = True
+            self._task.cancel()
 
     def absorb(self) -> bool:
         """True when the cancellation came from this watch alone; the task is then un-cancelled."""
@@ -296,6 +332,8 @@ class DisconnectWatch:
     def stop(self) -> None:
         self._armed = False
         self._watcher.cancel()
+        if self._grace is not None:
+            self._grace.cancel()
 
 
 def _run_label(channel: RunSource) -> str:

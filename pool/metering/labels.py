@@ -37,6 +37,8 @@ class RequestRecord:
     estimated: bool
     duration_s: float
     stream: bool
+    tokens_only: bool = False  # an attempt discarded inside a request: tokens, no request
+    requested_group: str = ""  # R-FALL-1: the group asked of, when a fallback group served it
     # R-OBS-1, R-OBS-3: which request, and where its time went (None: did not happen)
     request_id: str = ""
     trace_id: str = ""
@@ -71,6 +73,9 @@ class LabelIndex:
         self.group_providers = {mid: frozenset(m.providers) for mid, m in snapshot.models.items()}
         self.token_refs = {t.token_ref: t.principal_ref for t in snapshot.principal_tokens}
         self.principal_refs = frozenset(t.principal_ref for t in snapshot.principal_tokens)
+
+    def known_group(self, group: str) -> bool:
+        return group in self.attribution
 
     def labels(self, record: RequestRecord) -> RequestLabels:
         """Resolve a record to bounded labels and its attribution (R-CFG-4, R-PROF-7b)."""

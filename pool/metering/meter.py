@@ -19,7 +19,9 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from pool.metering.budget_view import BudgetView, Reader, read_in_worker
 from pool.metering.labels import (
+    NO_LABEL,
     LabelIndex,
     RequestLabels,
     RequestRecord,
@@ -94,6 +96,7 @@ class UsageMeter:
         max_pending_keys: int = 10_000,
         retention_days: int | None = None,
         writer: Writer | None = None,
+        budget_reader: Reader | None = None,
         clock: Callable[[], float] = time.time,
         rows_writer: RowsWriter | None = None,
         request_retention_days: int | None = None,
@@ -116,6 +119,8 @@ class UsageMeter:
         self._next_request_prune = 0.0
         self._retention_days = usage_retention_days() if retention_days is None else retention_days
         self.pending = PendingUsage(max_pending_keys)
+        self.budgets = BudgetView()  # R-BUD-1: read after each flush, under the same lock
+        self._budget_reader: Reader = budget_reader or read_in_worker
         self._operations, self._codes = Vocabulary(MAX_OPERATIONS), Vocabulary(MAX_CODES)
         self._request_cache: dict[RequestLabels, tuple[Any, Any]] = {}
         self._token_cache: dict[tuple[RequestLabels, bool], tuple[Any, Any]] = {}
@@ -153,6 +158,14 @@ class UsageMeter:
             "iop_usage_flush_failures", "Ledger writes that failed and were kept for retry.",
             registry=reg,
         )  # fmt: skip
+        self._fallbacks = Counter(
+            "iop_fallbacks", "Requests a fallback group served, by the group asked of (R-FALL-1).",
+            ["model_group", "served_by"], registry=reg,
+        )  # fmt: skip
+        self._budget_read_failures = Counter(
+            "iop_budget_read_failures", "Ledger reads for budgets that failed (R-BUD-1).",
+            registry=reg,
+        )  # fmt: skip
         self._requests_dropped = Counter(
             "iop_request_log_dropped", "Request-log rows dropped: the pending list was full.",
             registry=reg,
@@ -170,22 +183,30 @@ class UsageMeter:
         lab = self._index.labels(record)
         tokens_in, tokens_out = token_count(record.input_tokens), token_count(record.output_tokens)
         estimated = bool(record.estimated)
-        requests, duration = self._request_series(lab)
-        requests.inc()
-        duration.observe(max(float(record.duration_s), 0.0))
+        counted = 0 if record.tokens_only else 1  # R-BUD-2: a discarded attempt's tokens
+        if counted:
+            requests, duration = self._request_series(lab)
+            requests.inc()
+            duration.observe(max(float(record.duration_s), 0.0))
         if tokens_in or tokens_out:
             counted_in, counted_out = self._token_series(lab, estimated)
             counted_in.inc(tokens_in)
             counted_out.inc(tokens_out)
+        asked = record.requested_group
+        if asked:  # R-FALL-1: a configured id only, like every label
+            asked = asked if self._index.known_group(asked) else NO_LABEL
+            self._fallbacks.labels(asked, lab.model_group).inc(counted)
         key = UsageKey(
             hour_bucket(self._clock()), lab.principal_ref, lab.token_ref, lab.model_group,
-            lab.attributed_to, lab.attribution, estimated,
+            lab.attributed_to, lab.attribution, estimated, asked or NO_LABEL,
         )  # fmt: skip
-        if self.pending.add(key, Counts(1, int(lab.failed), tokens_in, tokens_out)):
+        if self.pending.add(key, Counts(counted, int(lab.failed) * counted, tokens_in, tokens_out)):
             self._overflow.inc()
-        self.latency.observe(record, lab, tokens_out)
-        if not self.requests.add(self._clock(), record, lab, (tokens_in, tokens_out)):
-            self._requests_dropped.inc()
+        self.budgets.add(lab.principal_ref, key.bucket, tokens_in + tokens_out)
+        if counted:  # a discarded attempt is no request: no latency, no request-log row
+            self.latency.observe(record, lab, tokens_out)
+            if not self.requests.add(self._clock(), record, lab, (tokens_in, tokens_out)):
+                self._requests_dropped.inc()
         self.start()
         full = self.pending.full or len(self.requests) >= self.requests.max_rows
         if full and self._wake is not None:
@@ -244,6 +265,32 @@ class UsageMeter:
             # Shielded: cancelling the loop task never abandons a batch half-way; aclose()
             # waits for it through the lock before its final flush.
             await asyncio.shield(self.flush())
+            await asyncio.shield(self.refresh_budgets())
+
+    def configure_budgets(self, periods: dict[str, str]) -> None:
+        """The budgeted principals of a new snapshot; a new one is read from the ledger soon."""
+        if self.budgets.configure(periods):
+            self.start()
+            if self._wake is not None:
+                self._wake.set()
+
+    async def refresh_budgets(self) -> None:
+        """Read the budgeted principals' figures from the ledger (R-BUD-1). Under the flush
+        lock, so every token is either in the ledger or still pending, never both."""
+        if self.budgets.empty:
+            return
+        self._bind(asyncio.get_running_loop())
+        assert self._lock is not None
+        async with self._lock:
+            wanted = self.budgets.wanted(self._clock())
+            read = sync_to_async(self._budget_reader, thread_sensitive=False)
+            try:
+                figures = await read(wanted)
+            except Exception as exc:  # the last figures stay, this Edge's usage keeps adding
+                self._budget_read_failures.inc()
+                logger.warning("usage ledger read for budgets failed (%s)", type(exc).__name__)
+                return
+            self.budgets.refreshed(wanted, figures, self.pending.items())
 
     async def flush(self) -> int:
         """Write the pending aggregates in one batch; return the number of rows upserted."""

@@ -33,6 +33,11 @@ class UsageBucket(models.Model):
     estimated = models.BooleanField(
         default=False, help_text="Token figures were estimated by the Edge, not reported upstream."
     )
+    requested_group = models.CharField(
+        max_length=200,
+        default=NO_LABEL,
+        help_text="The model group asked of when a fallback group served the requests (R-FALL-1).",
+    )
     requests = models.BigIntegerField(default=0)
     errors = models.BigIntegerField(default=0)
     input_tokens = models.BigIntegerField(default=0)
@@ -47,6 +52,7 @@ class UsageBucket(models.Model):
         "attributed_to",
         "attribution",
         "estimated",
+        "requested_group",
     )
 
     class Meta:
@@ -61,11 +67,16 @@ class UsageBucket(models.Model):
                     "attributed_to",
                     "attribution",
                     "estimated",
+                    "requested_group",
                 ],
                 name="pool_usage_bucket_key",
             )
         ]
-        indexes = [models.Index(fields=["model_group", "bucket_start"], name="pool_usage_model")]
+        indexes = [
+            models.Index(fields=["model_group", "bucket_start"], name="pool_usage_model"),
+            # R-BUD-1: the budget view reads each budgeted principal's period
+            models.Index(fields=["principal_ref", "bucket_start"], name="pool_usage_principal"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.bucket_start:%Y-%m-%d %H:00} {self.model_group} -> {self.attributed_to}"

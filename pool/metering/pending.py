@@ -19,11 +19,12 @@ class UsageKey(NamedTuple):
     attributed_to: str
     attribution: str
     estimated: bool
+    requested_group: str = NO_LABEL  # R-FALL-1: the group asked of, when a fallback served
 
     def collapsed(self) -> UsageKey:
         """The overflow key of this hour: every label but ``estimated`` set to ``-``."""
         dash = NO_LABEL
-        return UsageKey(self.bucket, dash, dash, dash, dash, dash, self.estimated)
+        return UsageKey(self.bucket, dash, dash, dash, dash, dash, self.estimated, dash)
 
 
 class Counts:
@@ -92,6 +93,10 @@ class PendingUsage:
                 entry = self._items[key] = Counts()
         entry.add(counts)
         return folded
+
+    def items(self) -> list[tuple[UsageKey, Counts]]:
+        """A copy of what is pending (the budget view recounts it, R-BUD-1)."""
+        return list(self._items.items())
 
     def take(self) -> dict[UsageKey, Counts]:
         """Hand over everything pending and start empty."""

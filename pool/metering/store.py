@@ -99,6 +99,7 @@ def _row_key(key: UsageKey) -> tuple[object, ...]:
         key.attributed_to,
         key.attribution,
         key.estimated,
+        key.requested_group,
     )
 
 

@@ -53,6 +53,7 @@ class Faults:
     delay: float = 0.0  # between chunks
     stream_error: bool = False  # the API's own in-band error event after the first content
     end_early: bool = False  # the stream ends cleanly after the first content, no stop event
+    linger_after_end: float = 0.0  # after the last chunk, keep the response open this long
     redirect_to: str | None = None  # answer 307 with this Location
     set_cookie: str | None = None  # add this Set-Cookie to every answer
     endless_body: bytes | None = None  # send this chunk again and again (bounded below)
@@ -247,6 +248,8 @@ class FakeServer:
                 rec.response += data
                 if i == 0:
                     self.streaming.set()
+            if self.faults.linger_after_end:  # the terminal event is out, the exchange is not
+                await asyncio.sleep(self.faults.linger_after_end)
             await resp.write_eof()
         except (ConnectionResetError, ConnectionError):
             self.disconnected.set()

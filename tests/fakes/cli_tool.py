@@ -7,10 +7,12 @@ hang PIDFILE  start a child, write "PID CHILD_PID" to PIDFILE, print "started", 
 env NAME      print the value of environment variable NAME (or <unset>)
 fork PIDFILE  start a child that keeps stdout open, write "PID CHILD_PID", print, exit 0
 flood         write output without end (until killed)
+envdump PATH  write {"argv": [...], "env": {...}} as JSON to PATH, then echo
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -48,6 +50,9 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(os.environ.get(argv[2], "<unset>"))
         return 0
     text = sys.stdin.read()
+    if mode == "envdump":
+        with open(argv[2], "w") as fh:
+            json.dump({"argv": argv, "env": dict(os.environ)}, fh)
     if mode == "fail":
         message = argv[3] if len(argv) > 3 else "fake tool: something went wrong"
         sys.stderr.write(message + "\n")

@@ -15,7 +15,7 @@ Modules
     becomes that upstream's URL. ``providers`` belong to the one default node ``node-1``;
     ``nodes=[{"id": ..., "providers": [...], "config": {...}, "recipient": {...}}, ...]`` for
     more, ``config`` being extra node.yaml keys (``tls``, ``policy``, ``limits``,
-    ``credential_plane``; ``"{up:NAME}"`` there is the upstream's ``host:port``) and
+    ``credential_plane``; ``"{up:NAME}"`` there is the upstream's ``http://host:port``) and
     ``recipient`` the node's ``credential_recipient``. ``openai``, ``edge``, ``pool``
     (``provider_pool``), ``profiles`` (``protocol_profiles``) and ``credential_plane`` are
     merged into the Edge config (``edge={"tls": ...}`` makes the Nodes dial ``wss://``,

@@ -18,6 +18,8 @@ from nodes import wire
 from nodes.hub import NodeHub
 from pool.engine import ProviderPool
 from pool.gate.counters import GateCounts
+from pool.metering.budget_view import BudgetView
+from pool.metering.pending import hour_bucket
 from pool.policy import policy_from_snapshot
 from tests.support.payloads import chat_body
 from tests.support.processes import sha256_hex
@@ -32,9 +34,15 @@ TOKEN = "tok-test-caller-7f3a"  # the caller of ``document()``
 class RecordingMeter:
     def __init__(self) -> None:
         self.records: list[Any] = []
+        self.budgets = BudgetView()
+
+    def configure_budgets(self, periods: dict[str, str]) -> None:
+        self.budgets.configure(periods)
 
     def record(self, record: Any) -> None:
         self.records.append(record)
+        tokens = record.input_tokens + record.output_tokens
+        self.budgets.add(record.principal_ref or "-", hour_bucket(time.time()), tokens)
 
 
 class Runtime:
@@ -209,6 +217,22 @@ class Call:
 
     def json(self) -> Any:
         return json.loads(self.body)
+
+
+async def started(doc: dict[str, Any]) -> tuple[OpenAIApp, Runtime, FakeNode]:
+    """The app on ``doc`` with one fake Node (``n1``) connected and ready."""
+    from pool.http.app import OpenAIApp
+
+    runtime = Runtime(doc)
+    node = await FakeNode(runtime.hub).start()
+    return OpenAIApp(runtime), runtime, node
+
+
+async def stop(runtime: Runtime) -> None:
+    """Close the hub and the health timer; every lease must be back (R-POOL-9)."""
+    await runtime.hub.aclose()
+    runtime.health.close()
+    assert runtime.pool.idle(), "every lease released and no waiter left (R-POOL-9)"
 
 
 async def until(predicate: Callable[[], bool]) -> None:

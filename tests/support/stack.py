@@ -10,6 +10,7 @@ import json
 import secrets
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -32,15 +33,15 @@ TOKEN_REF = "app-test"
 PRINCIPAL_REF = "team-test"
 
 
-def _substitute(value: Any, urls: dict[str, str]) -> Any:
+def _substitute(value: Any, urls: dict[str, str], kind: str = "up") -> Any:
     if isinstance(value, str):
         for name, url in urls.items():
-            value = value.replace("{up:" + name + "}", url)
+            value = value.replace("{" + kind + ":" + name + "}", url)
         return value
     if isinstance(value, list):
-        return [_substitute(v, urls) for v in value]
+        return [_substitute(v, urls, kind) for v in value]
     if isinstance(value, dict):
-        return {k: _substitute(v, urls) for k, v in value.items()}
+        return {k: _substitute(v, urls, kind) for k, v in value.items()}
     return value
 
 
@@ -88,6 +89,7 @@ class Stack:
         env: dict[str, str] | None = None,
         log_level: str = "INFO",
         admin_token: str | None = None,
+        token_policy: dict[str, Any] | None = None,
     ) -> None:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -100,6 +102,7 @@ class Stack:
         self._profiles = profiles or {}
         self._credential_plane = credential_plane  # managed mode (docs/credentials.md)
         self._env = env or {}
+        self._token_policy = token_policy or {}  # more keys of the stack's own token (budget)
         # admin.token (docs/configuration.md): the control helpers below then present it.
         self.admin_token = admin_token
         if admin_token is not None:
@@ -181,6 +184,7 @@ class Stack:
                     "token_ref": TOKEN_REF,
                     "principal_ref": PRINCIPAL_REF,
                     "token_hash_sha256": sha256_hex(self.token),
+                    **self._token_policy,
                 }
             ],
             **self._openai,
@@ -282,9 +286,12 @@ class Stack:
 
     def _node_proc(self, node_id: str, extra: dict[str, Any]) -> Proc:
         """``extra``: more node.yaml keys (tls, policy, allow_plaintext, edge_url); in them
-        ``{up:NAME}`` becomes that upstream's ``host:port`` (for policy.hosts)."""
-        hostports = {name: up.url.split("://", 1)[1] for name, up in self.upstreams.items()}
-        extra = _substitute(extra, hostports)
+        ``{up:NAME}`` becomes that upstream's ``http://host:port`` (a policy.hosts entry
+        for plain http, R-TLS-3) and ``{host:NAME}`` its bare ``host:port`` (https only)."""
+        urls = {name: up.url for name, up in self.upstreams.items()}
+        extra = _substitute(extra, urls)
+        hostports = {name: url.split("://", 1)[1] for name, url in urls.items()}
+        extra = _substitute(extra, hostports, "host")
         path = self.dir / f"{node_id}.yaml"
         doc = {"node_id": node_id, "edge_url": self.node_url, "token": {"env": "IOP_NODE_TOKEN"}}
         path.write_text(yaml.safe_dump({**doc, **extra}))
@@ -443,6 +450,12 @@ class Stack:
             )
 
         self.wait_until(idle, timeout, "an idle pool")
+
+    def ledger(self) -> list[dict[str, Any]]:
+        """Every row of the running Edge's usage ledger (its own SQLite file), as dicts."""
+        with contextlib.closing(sqlite3.connect(self.dir / "edge.sqlite3", timeout=10)) as db:
+            db.row_factory = sqlite3.Row
+            return [dict(row) for row in db.execute("select * from pool_usagebucket")]
 
     def logs(self) -> str:
         parts = []

@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from iop_site import certs
+from secretref.keyfiles import create_private
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost")
 
@@ -42,12 +43,14 @@ def self_signed(directory: Path) -> tuple[Path, ssl.SSLContext]:
     )
     cert_path, key_path = directory / "cert.pem", directory / "key.pem"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
+    key_path.unlink(missing_ok=True)
+    create_private(
+        key_path,
         key.private_bytes(
             serialization.Encoding.PEM,
             serialization.PrivateFormat.PKCS8,
             serialization.NoEncryption(),
-        )
+        ),
     )
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert_path, key_path)
@@ -73,6 +76,7 @@ class Pki:
         self.edge = self.server("edge")
 
     def _pair(self, issued: certs.Issued, stem: str) -> Pair:
+        (self.directory / f"{stem}.key").unlink(missing_ok=True)  # minted again: a new key
         return Pair(*issued.write(self.directory, stem))
 
     def server(self, stem: str, names: tuple[str, ...] = LOOPBACK_NAMES, **kw: object) -> Pair:

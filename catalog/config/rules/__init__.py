@@ -8,6 +8,7 @@ from catalog.config.rules.auth import (
     check_principal_tokens,
     check_provider_auth_header,
 )
+from catalog.config.rules.budgets import check_budgets
 from catalog.config.rules.catalog import (
     check_long_context_budget,
     check_model_references,
@@ -16,6 +17,7 @@ from catalog.config.rules.catalog import (
 )
 from catalog.config.rules.context import Context, Rule
 from catalog.config.rules.example_tokens import check_example_token_hashes
+from catalog.config.rules.fallbacks import check_fallbacks
 from catalog.config.rules.health import check_probes, resolve_health
 from catalog.config.rules.listeners import check_listener_ports
 from catalog.config.rules.providers import (
@@ -34,6 +36,7 @@ RULES: tuple[Rule, ...] = (
     check_unique_ids,
     check_model_references,
     check_served_models,
+    check_fallbacks,
     check_long_context_budget,
     promote_legacy_queue,
     resolve_health,
@@ -42,6 +45,7 @@ RULES: tuple[Rule, ...] = (
     check_example_token_hashes,
     check_provider_auth_header,
     check_principal_policy,
+    check_budgets,
     check_endpoint_userinfo,
     check_control_plane,
     check_credential_plane,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from catalog.config.errors import Issues
 from catalog.config.profiles import legacy_profile
 from catalog.config.profiles.builtin import TYPES_NEEDING_BASE_URL
 from catalog.config.profiles.model import CREDENTIAL_HEADERS
 from catalog.config.rules.context import Context
+from secretref.envnames import refused_name
 
 
 def resolve_provider_profiles(ctx: Context, issues: Issues) -> None:
@@ -46,8 +49,15 @@ def check_adapter_fields(ctx: Context, issues: Issues) -> None:
             for key in ("base_url", "credential", "headers"):
                 if getattr(doc, key) is not None:
                     issues.add((*item.path, key), "is not used by a cli provider")
+            check_program_env(item.path, doc.env or {}, doc.credential_env, issues)
+            if not ctx.managed and doc.credential_env is not None:
+                issues.add(
+                    (*item.path, "credential_env"),
+                    "is only used in managed mode (credential_plane.enabled); "
+                    "otherwise give the program its secrets with env",
+                )
             continue
-        for key in ("command", "env", "run_timeout_ms"):
+        for key in ("command", "env", "run_timeout_ms", "credential_env"):
             if getattr(doc, key) is not None:
                 issues.add((*item.path, key), "is only for cli providers")
         if profile.needs_base_url() and not profile.base_url:
@@ -57,6 +67,25 @@ def check_adapter_fields(ctx: Context, issues: Issues) -> None:
                 (*item.path, "credential"),
                 f"profile {profile.name} sends no credential (auth type none)",
             )
+
+
+def check_program_env(
+    path: tuple[str | int, ...],
+    env: Mapping[str, object],
+    credential_env: str | None,
+    issues: Issues,
+) -> None:
+    """R-TLS-3: a declared name never changes how programs load (the Node refuses it too)."""
+    for name in env:
+        reason = refused_name(name)
+        if reason is not None:
+            issues.add((*path, "env", name), f"is refused: {reason}")
+    if credential_env is not None:
+        reason = refused_name(credential_env)
+        if reason is not None:
+            issues.add((*path, "credential_env"), f"is refused: {reason}")
+        elif credential_env in env:
+            issues.add((*path, "credential_env"), f"{credential_env} is also set in env")
 
 
 def check_static_headers(ctx: Context, issues: Issues) -> None:

@@ -67,6 +67,8 @@ class ProviderDoc(Doc):
     credential: Secret | None = None
     headers: dict[HeaderName, str] | None = None
     env: dict[EnvName, Secret] | None = None
+    # R-MGD-11: cli providers in managed mode; the slot secret's environment variable.
+    credential_env: EnvName | None = None
     first_byte_timeout_ms: PositiveMs = 60000
     idle_timeout_ms: PositiveMs = 120000
     run_timeout_ms: PositiveMs | None = None
@@ -99,6 +101,9 @@ class NodeDoc(Doc):
     providers: list[Any] = Field(default_factory=list)
 
 
+MAX_FALLBACKS = 16  # R-FALL-2: groups in a chain, the group's own list and every one it reaches
+
+
 class ModelDoc(Doc):
     """``models[]``: a model group and its provider -> served model mapping (R-CFG-1, 2, 4)."""
 
@@ -106,3 +111,7 @@ class ModelDoc(Doc):
     usage_attribution: Literal["provider", "model_group"] = "provider"
     providers: Annotated[dict[NonEmpty, NonEmpty], Field(min_length=1)]
     translate: bool = False  # R-XLATE-1: serve operations a driver lacks by translation
+    # R-FALL-1: model groups tried in order when this one cannot serve (rules/fallbacks.py)
+    fallbacks: Annotated[list[ModelId], Field(max_length=MAX_FALLBACKS)] = Field(
+        default_factory=list
+    )

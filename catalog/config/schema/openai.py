@@ -32,6 +32,19 @@ AuthScheme = Annotated[str, matching(r"[!#$%&'*+.^_`|~0-9A-Za-z-]*", "must be a 
 Limit = Annotated[int, Field(ge=1, le=2**31 - 1)]  # omitted = unlimited; 0 is refused
 
 
+# R-BUD-1: tokens per UTC calendar period; 0 is refused (to stop a principal, revoke its
+# tokens or narrow its ``models``). The bound keeps the figure exact in a 64-bit column.
+BUDGET_MAX_TOKENS = 10**15
+BudgetPeriod = Literal["day", "week", "month"]
+
+
+class BudgetDoc(Doc):
+    """``principal_tokens[].budget``: prompt plus completion tokens per UTC calendar period."""
+
+    tokens: Annotated[int, Field(ge=1, le=BUDGET_MAX_TOKENS)]
+    period: BudgetPeriod
+
+
 class PrincipalTokenDoc(Doc):
     """One caller token known by its sha256 only (R-CFG-12), with its policy (R-PRIN-1..3)."""
 
@@ -44,6 +57,7 @@ class PrincipalTokenDoc(Doc):
     rpm: Limit | None = None
     tpm: Limit | None = None
     max_queued: Limit | None = None
+    budget: BudgetDoc | None = None  # R-BUD-1, for the whole principal (rules/budgets.py)
 
 
 class ProviderAuthDoc(Doc):

@@ -48,10 +48,18 @@ class Command(BaseCommand):
             ca = certs.new_ca()
             ca.write(directory, "ca")
             self.stdout.write(f"CA: {ca_cert} (keep {ca_key} offline)")
-        edge = certs.issue(ca, names[0], names=names, server=True, days=options["days"])
-        cert, key = edge.write(directory, "edge")
-        self.stdout.write(f"Edge: {cert} {key} for {', '.join(names)}")
+        # R-TLS-5: a key file is never overwritten; an existing pair is kept as it is.
+        if (directory / "edge.key").exists():
+            self.stdout.write(f"keeping {directory / 'edge.crt'} (remove edge.* to mint anew)")
+        else:
+            edge = certs.issue(ca, names[0], names=names, server=True, days=options["days"])
+            cert, key = edge.write(directory, "edge")
+            self.stdout.write(f"Edge: {cert} {key} for {', '.join(names)}")
         for node_id in options["node"]:
+            if (directory / f"node-{node_id}.key").exists():
+                raise CommandError(
+                    f"{directory / f'node-{node_id}.key'} exists; keys are never overwritten"
+                )
             node = certs.issue(ca, node_id, server=False, days=options["days"])
             cert, key = node.write(directory, f"node-{node_id}")
             self.stdout.write(f"Node {node_id}: {cert} {key}")

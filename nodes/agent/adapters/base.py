@@ -24,6 +24,7 @@ class RunSpec:
     stream: bool
     body: bytes
     forward_headers: Mapping[str, str] = field(default_factory=dict)
+    credential: str | None = field(default=None, repr=False)  # managed: this run's slot secret
 
 
 class AdapterError(Exception):

@@ -1,8 +1,11 @@
 """Normalized execution by a local command: the prompt on stdin, stdout as the answer.
 
-No shell: ``provider.command`` is an argv list. The command sees only a small base
-environment (PATH, HOME, locale, temp dirs…) plus ``provider.env`` resolved here, so
-the node token and other providers' credentials never reach it.
+No shell: ``provider.command`` is an argv list. The command sees only a fixed base
+environment (``secretref.envnames.BASE_NAMES``: PATH, HOME, locale, temp dirs...) plus the
+names its provider declares: ``provider.env`` resolved here and, in managed mode, the run's
+slot secret in ``provider.credential_env`` (R-MGD-11, never in argv). The node token and
+every other secret of the Node's own environment never reach it (R-TLS-3). Every program
+this module starts, run or probe, passes the Node's policy check first (``Gate``).
 """
 
 from __future__ import annotations
@@ -18,37 +21,20 @@ from typing import Any
 from nodes.agent.adapters.base import AdapterError, Emit, RunSpec, parse_json_body, send
 from nodes.agent.adapters.sse import DONE, ChatChunks, chat_completion
 from nodes.agent.limits import DEFAULT_LIMITS, Limits
+from nodes.agent.policy import Gate, PolicyRefused, Use, declared_env, require
 from nodes.agent.secrets import redact, resolve_secret
 from nodes.wire import PHASE_CONNECT, ProviderPayload, Usage
+from secretref.envnames import BASE_NAMES, BASE_PREFIXES
 
 _CHAT_OPERATIONS = {"chat", "chat_completions"}
 CLI_FAILED = "the CLI program failed"  # what the Edge hears; the detail stays in the Node's log
-_BASE_ENV = {
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "LANG",
-    "LANGUAGE",
-    "TZ",
-    "TMPDIR",
-    "TEMP",
-    "TMP",
-    "SHELL",
-    "SYSTEMROOT",
-    "COMSPEC",
-    "PATHEXT",
-    "USERPROFILE",
-    "APPDATA",
-    "LOCALAPPDATA",
-}
 _STDERR_TAIL = 4096
 _READ_SIZE = 64 * 1024
 
 
 def base_env() -> dict[str, str]:
-    """The part of the Node's environment a command may see."""
-    return {k: v for k, v in os.environ.items() if k in _BASE_ENV or k.startswith(("LC_", "XDG_"))}
+    """The part of the Node's environment a command may see (R-TLS-3)."""
+    return {k: v for k, v in os.environ.items() if k in BASE_NAMES or k.startswith(BASE_PREFIXES)}
 
 
 def _text(content: Any) -> str:
@@ -135,20 +121,60 @@ async def _tail(stream: asyncio.StreamReader) -> bytes:
 
 
 class CliAdapter:
-    """Runs ``provider.command`` once per request."""
+    """Runs ``provider.command`` once per request, and ``provider.probe_command`` as its probe."""
 
-    def __init__(self, provider: ProviderPayload, limits: Limits = DEFAULT_LIMITS) -> None:
+    def __init__(
+        self, provider: ProviderPayload, limits: Limits = DEFAULT_LIMITS, gate: Gate | None = None
+    ) -> None:
         if not provider.command:
             raise ValueError(f"provider {provider.id}: the cli adapter needs a command")
         self.provider = provider
         self.limits = limits
+        self._gate = gate or Gate()
         self._command = list(provider.command)
         extra = {
             name: resolve_secret(ref, what=f"provider {provider.id} env {name}")
             for name, ref in provider.env.items()
         }
-        self.env = base_env() | extra  # what its command (and its probe) sees
+        self.env = base_env() | extra  # what its probe sees; a run may add its slot secret
         self._secrets = tuple(extra.values())
+
+    def _run_env(self, credential: str | None) -> dict[str, str]:
+        name = self.provider.credential_env
+        if credential is None or name is None:
+            return self.env
+        return {**self.env, name: credential}  # R-MGD-11: this run's process only
+
+    def _check(self, what: str, argv: list[str], *, probe: bool = False) -> None:
+        """R-TLS-3: the exact argv and the declared names, checked at every start."""
+        names = declared_env(self.provider, probe=probe)
+        require(self._gate, self.provider, Use.program(what, argv, names))
+
+    async def probe(self) -> tuple[bool, str]:
+        """R-HEALTH-3: run ``probe_command`` (no stdin, output dropped, no slot secret,
+        R-MGD-10); exit status 0 is healthy."""
+        argv = list(self.provider.probe_command or ())
+        try:
+            self._check("probe command", argv, probe=True)
+        except PolicyRefused as exc:
+            return False, str(exc)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+                env=self.env,
+                start_new_session=True,  # its own process group, killed as a whole
+            )
+        except OSError as exc:
+            return False, f"cannot start the probe command: {exc.strerror}"
+        try:
+            code = await proc.wait()
+        finally:
+            kill_group(proc)  # on a timeout the probe and anything it started go
+            await proc.wait()  # reap: no zombies
+        return (True, "") if code == 0 else (False, f"probe command exited with code {code}")
 
     async def run(self, request: RunSpec, emit: Emit) -> Usage | None:
         if request.operation not in _CHAT_OPERATIONS:
@@ -157,11 +183,18 @@ class CliAdapter:
                 "the provider does not serve this operation",
                 detail=f"provider {self.provider.id} does not serve operation {request.operation}",
             )
+        env = self._run_env(request.credential)
+        try:
+            self._check("command", self._command)
+        except PolicyRefused as exc:
+            raise AdapterError(
+                "upstream_error", CLI_FAILED, detail=str(exc), phase=PHASE_CONNECT
+            ) from None
         body = parse_json_body(request.body)
         prompt = render_prompt(body.get("messages"))
         model = str(body.get("model") or self.provider.id)
         try:
-            proc, exited = await _spawn(self._command, self.env)
+            proc, exited = await _spawn(self._command, env)
         except OSError as exc:
             raise AdapterError(  # like a refused connection (R-HEALTH-1)
                 "upstream_error",
@@ -229,7 +262,8 @@ class CliAdapter:
             feeder.cancel()
             stderr.cancel()
         if code != 0:
-            tail = redact(err.decode("utf-8", errors="replace").strip(), self._secrets)
+            slot = (request.credential,) if request.credential else ()
+            tail = redact(err.decode("utf-8", errors="replace").strip(), self._secrets + slot)
             detail = f": {tail[-300:]}" if tail else ""
             raise AdapterError(  # like an upstream 5xx; not retried once output went out
                 "upstream_error",

@@ -19,6 +19,7 @@ import msgspec
 
 from nodes.agent.adapters.base import AdapterError
 from nodes.agent.limits import DEFAULT_LIMITS, Limits
+from nodes.agent.policy import Gate, Use
 from nodes.agent.secrets import redact, resolve_secret
 from nodes.agent.tracing import UpstreamCall, upstream_call
 from nodes.wire import (
@@ -48,6 +49,17 @@ def auth_headers(provider: ProviderPayload, credential: str | None) -> dict[str,
     raise ValueError(f"provider {provider.id}: unknown auth type {provider.auth.type!r}")
 
 
+def slot_headers(provider: ProviderPayload, secret: str | None) -> dict[str, str]:
+    """A managed run's slot secret as the provider's auth header (R-MGD-11): as its profile's
+    auth says, and ``Authorization: Bearer`` for a profile that sends none (the built-in
+    ``ollama``, an Ollama behind an authenticating proxy)."""
+    if secret is None:
+        return {}
+    if provider.auth.type == "none":
+        return {"Authorization": f"Bearer {secret}"}
+    return auth_headers(provider, secret)
+
+
 def provider_headers(provider: ProviderPayload) -> tuple[dict[str, str], tuple[str, ...]]:
     """The headers every upstream request of a provider carries, and the secret in them
     (resolved on this machine; kept to redact it from any message)."""
@@ -75,10 +87,12 @@ class HttpClient:
     """Owns the registry's ClientSession, created on first use inside the running loop.
 
     R-TLS-4: no cookie jar (nothing one caller's upstream sets reaches another request),
-    no redirects (``Upstream`` refuses a 3xx), and ``limits`` on what is buffered."""
+    no redirects (``Upstream`` refuses a 3xx), and ``limits`` on what is buffered.
+    R-TLS-3: ``gate`` checks every URL before it is dialed."""
 
-    def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
+    def __init__(self, limits: Limits = DEFAULT_LIMITS, gate: Gate | None = None) -> None:
         self.limits = limits
+        self.gate = gate or Gate()
         self._session: aiohttp.ClientSession | None = None
 
     def session(self) -> aiohttp.ClientSession:
@@ -164,6 +178,7 @@ class Upstream:
         method: str,
         url: str,
         *,
+        provider: ProviderPayload,
         headers: Mapping[str, str],
         body: bytes | None,
         first_byte_s: float,
@@ -171,6 +186,7 @@ class Upstream:
         secrets: tuple[str, ...] = (),
     ) -> None:
         self._http, self._method, self._url = http, method, url
+        self._provider = provider
         self._headers, self._body, self._secrets = dict(headers), body, secrets
         self._first_byte_s, self._idle_s = first_byte_s, idle_s
         self._deadline = 0.0
@@ -180,6 +196,15 @@ class Upstream:
         self.started = False  # True once any body byte arrived
 
     async def __aenter__(self) -> Upstream:
+        refusal = self._http.gate.check(self._provider, Use.dial(self._url))
+        if refusal is not None:  # R-TLS-3: no URL is dialed without the policy's check
+            raise AdapterError(
+                "upstream_error",
+                "the node's policy refuses this upstream",
+                detail=f"refused by node policy: {refusal}",
+                retryable=True,
+                phase=PHASE_CONNECT,
+            )
         self._call = call = upstream_call(self._method, self._url)
         try:
             return await self._open(call)

@@ -12,7 +12,13 @@ import json
 from typing import Any
 
 from nodes.agent.adapters.base import AdapterError, Emit, RunSpec, parse_json_body, send
-from nodes.agent.adapters.http import HttpClient, Upstream, provider_headers
+from nodes.agent.adapters.http import (
+    HttpClient,
+    Upstream,
+    merge_headers,
+    provider_headers,
+    slot_headers,
+)
 from nodes.agent.adapters.sse import DONE, ChatChunks, chat_completion
 from nodes.tokens import token_figure
 from nodes.wire import ProviderPayload, Usage
@@ -186,11 +192,13 @@ class OllamaAdapter:
             self._http,
             "POST",
             url,
-            headers=self._headers,
+            provider=self.provider,
+            # R-MGD-11: a managed run's slot secret as the provider's auth header.
+            headers=merge_headers(self._headers, slot_headers(self.provider, request.credential)),
             body=json.dumps(upstream_body, ensure_ascii=False).encode(),
             first_byte_s=self.provider.first_byte_timeout_s,
             idle_s=self.provider.idle_timeout_s,
-            secrets=self._secrets,
+            secrets=self._secrets + ((request.credential,) if request.credential else ()),
         ) as upstream:
             if request.stream:
                 return await self._stream(upstream, request.run_id, model, emit)

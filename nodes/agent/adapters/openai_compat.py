@@ -8,7 +8,13 @@ import codecs
 import msgspec
 
 from nodes.agent.adapters.base import AdapterError, Emit, RunSpec, send, usage_from
-from nodes.agent.adapters.http import HttpClient, Upstream, merge_headers, provider_headers
+from nodes.agent.adapters.http import (
+    HttpClient,
+    Upstream,
+    merge_headers,
+    provider_headers,
+    slot_headers,
+)
 from nodes.agent.adapters.sse import UsageScanner
 from nodes.wire import ANTHROPIC_VERSION, ProviderPayload, Usage
 
@@ -40,14 +46,18 @@ class OpenAICompatAdapter:
         body = None if method == "GET" else request.body
         # R-AUTH-2: a forwarded caller credential replaces the configured one.
         headers = merge_headers(self._headers, request.forward_headers)
+        # R-MGD-4: a managed run's slot secret, placed by the provider's auth.
+        headers = merge_headers(headers, slot_headers(self.provider, request.credential))
         forwarded = tuple(request.forward_headers.values())
         # An upstream may echo the bare key of a forwarded "Bearer <key>": redact both forms.
         bare = tuple(value.split(" ", 1)[1] for value in forwarded if " " in value)
-        secrets = self._secrets + forwarded + bare
+        slot = (request.credential,) if request.credential else ()
+        secrets = self._secrets + forwarded + bare + slot
         async with Upstream(
             self._http,
             method,
             url,
+            provider=self.provider,
             headers=headers,
             body=body,
             first_byte_s=self.provider.first_byte_timeout_s,

@@ -1,0 +1,52 @@
+"""A budget across several Edges (R-BUD-1): usage metered on one Edge is enforced by another
+within the stated tolerance (each Edge flushes its usage and reads the ledger every 5 s:
+docs/metering.md, "Budgets"). Two runedge processes on one PostgreSQL database."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.cluster import Cluster, scale_out_redis_url
+
+DATABASE = os.environ.get("IOP_TEST_DATABASE_URL", "")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not DATABASE.startswith(("postgres://", "postgresql://")),
+        reason="needs PostgreSQL: set IOP_TEST_DATABASE_URL=postgresql://... (Edges share it)",
+    ),
+]
+TOLERANCE_S = 10.0  # the other Edge's flush interval plus this one's read interval
+USED = 11 + 7  # the fake upstream's usage per chat completion
+
+
+def test_usage_on_one_edge_spends_the_budget_on_another_r_bud_1(tmp_path: Path) -> None:
+    """R-BUD-1: the principal spends its budget through Edge 0; Edge 1 refuses it with 429
+    budget_exceeded within the tolerance. Edge 1 is asked for a model that does not exist
+    (404, no tokens) until then: the budget is checked first, so only the ledger read of
+    Edge 0's usage can turn its answer into 429."""
+    with Cluster(
+        tmp_path,
+        database_url=DATABASE,
+        edges=2,
+        redis_url=scale_out_redis_url(),
+        token_policy={"budget": {"tokens": 2 * USED, "period": "day"}},
+    ) as cluster:
+        assert cluster.chat(1, "no-such-model")[0] == 404  # Edge 1 reads the ledger from now
+        for _ in range(2):
+            status, body = cluster.chat(0)
+            assert status == 200, body
+        assert cluster.chat(0)[1]["error"]["code"] == "budget_exceeded"  # its own count
+        spent_at = time.monotonic()
+        while True:
+            status, body = cluster.chat(1, "no-such-model")
+            if status != 404:
+                break
+            assert time.monotonic() - spent_at < TOLERANCE_S + 5, (status, body)
+            time.sleep(0.2)
+        assert body["error"]["code"] == "budget_exceeded"
+        assert time.monotonic() - spent_at < TOLERANCE_S + 5
