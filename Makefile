@@ -55,7 +55,7 @@ bench-pool: $(DEV_STAMP)
 	$(PY) scripts/bench_pool.py
 
 bench: $(DEV_STAMP)
-	$(PY) scripts/bench.py
+	$(PY) scripts/bench.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache .mypy_cache .hypothesis

@@ -7,6 +7,16 @@ import sys
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "iop_site.settings")
+    if sys.argv[1:2] == ["runedge"]:
+        # The Edge's loop (uvloop unless IOP_EVENT_LOOP=asyncio) must be chosen before Django
+        # starts: daphne's app imports daphne.server, which makes the loop under Twisted.
+        from nodes.loop import LoopChoiceError, install
+
+        try:
+            install()
+        except LoopChoiceError as exc:
+            print(exc, file=sys.stderr)
+            sys.exit(2)
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(sys.argv)

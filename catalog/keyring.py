@@ -91,6 +91,8 @@ class Keyring:
             blob = base64.b64decode(body, validate=True)
         except (ValueError, binascii.Error):
             raise KeyringError(f"slot {slot_id!r}: the sealed value is malformed") from None
+        if len(blob) <= NONCE_BYTES:  # a corrupted row: no room for a nonce and a tag
+            raise KeyringError(f"slot {slot_id!r}: the sealed value is malformed")
         if version != FORMAT:
             raise KeyringError(f"slot {slot_id!r}: unknown sealed format {version!r}")
         key = self._keys.get(key_id)

@@ -62,13 +62,21 @@ def build_application(runtime: EdgeRuntime | None) -> ASGIApp:
     from iop_site.control import ControlApp
     from nodes.consumer import NodeConsumer
     from pool.http.app import OpenAIApp
+    from pool.http.managed import routed_sealer
 
     snapshot = runtime.snapshot
     node_ws = NodeConsumer.as_asgi(hub=runtime.hub)
     openai_app = OpenAIApp(
-        runtime, rate_window_s=settings.IOP_RATE_LIMIT_WINDOW_S, tracing=runtime.tracing
+        runtime,
+        rate_window_s=settings.IOP_RATE_LIMIT_WINDOW_S,
+        tracing=runtime.tracing,
+        shared_limits=runtime.shared_limits,  # scale-out (R-SCALE-6)
     )
     control_app = ControlApp(runtime)
+    if runtime.hub.remote is not None:  # this Edge issues envelopes for its Nodes (R-SCALE-7)
+        runtime.hub.remote.issuer = lambda grant, provider_id: routed_sealer(
+            openai_app.tables().managed, grant, provider_id
+        )
     site = ASGIStaticFilesHandler(django_application)  # the admin's CSS and JS, from the apps
     roles = {
         snapshot.edge_listen.port: "edge",

@@ -53,6 +53,8 @@ class EdgeRuntime:
         # Started with the runtime, closed after it in reverse (scale-out: iop_site.scale).
         self.companions: list[Any] = []
         self.tracing: Any = None  # obskit.otel.Tracing while OTEL_* asks for traces (R-OBS-2)
+        # Scale-out: per-token limits counted in Redis across Edges (R-SCALE-6), else None.
+        self.shared_limits: Any = None
         self._started: list[Any] = []
         self.health = HealthWatch(self.pool, clock)
         self.hub = NodeHub(

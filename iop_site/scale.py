@@ -83,11 +83,6 @@ def refusal(
             "scale-out (IOP_REDIS_URL is set) needs every Edge on one PostgreSQL database: "
             "set DATABASE_URL=postgresql://... (this Edge would use its own SQLite file)"
         )
-    if snapshot is not None and snapshot.credential_plane is not None:
-        return (
-            "managed mode (credential_plane) is not supported with scale-out yet: unset "
-            "IOP_REDIS_URL to run one Edge, or turn credential_plane off"
-        )
     return None
 
 
@@ -142,13 +137,24 @@ def build_pool(
 
 def companions(runtime: EdgeRuntime, *, scale: ScaleSettings, edge_id: str) -> list[Any]:
     """What scale-out starts with the runtime (each has ``async start()`` / ``aclose()``), in
-    start order, closed in reverse: the pool engine, the run router (set as ``hub.remote``),
-    the revision watcher."""
+    start order, closed in reverse: the pool engine, the per-token limits (set as
+    ``runtime.shared_limits``), the run router (set as ``hub.remote``), the revision watcher."""
     if not scale.enabled:
         return []
-    from iop_site.revisions import RevisionWatcher
+    from django.conf import settings
 
+    from iop_site.revisions import RevisionWatcher
+    from pool.http.limits_shared import SharedTokenLimiter
+
+    assert scale.redis_url is not None
     parts: list[Any] = [runtime.pool]
+    runtime.shared_limits = SharedTokenLimiter(  # R-SCALE-6: one count across every Edge
+        scale.redis_url,
+        prefix=scale.prefix,
+        window_s=settings.IOP_RATE_LIMIT_WINDOW_S,
+        ttl_s=scale.lease_ttl_s,
+    )
+    parts.append(runtime.shared_limits)
     router = run_router(runtime, scale=scale, edge_id=edge_id)
     runtime.hub.remote = router  # run routing between Edges (docs/scale-out.md)
     parts.append(router)

@@ -74,6 +74,22 @@ def key_id(public: X25519PublicKey) -> str:
     return "x25519-" + hashlib.sha256(raw_public(public)).hexdigest()[:16]
 
 
+class SealRefused(Exception):
+    """An Edge cannot issue the envelope of a run routed to it; ``str`` is safe to show."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlotGrant:
+    """What the Edge holding a run's Node needs to issue its envelope (R-SCALE-7): the slot as
+    stored (sealed under the keyring, the slot id bound; never the secret) and the revisions
+    the requesting Edge resolved, so both Edges bind exactly the same credential."""
+
+    slot_id: str
+    credential_revision: int
+    route_revision: int
+    sealed: str
+
+
 @dataclass(frozen=True, slots=True)
 class Binding:
     """What one envelope is good for: exactly one run of one provider on one Node."""

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -29,6 +29,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from nodes import wire
+from nodes.envelope import SealRefused, SlotGrant
 from nodes.remote_wire import (
     Cancel,
     Credit,
@@ -62,6 +63,10 @@ class RelayUnavailable(NodeUnavailable):
 
     code = "pool_unavailable"  # the same answer as an admission while Redis is away
     public_message = "the shared pool's store cannot be reached"
+
+
+# Managed mode (R-SCALE-7): (grant, provider id) -> the run's sealer on this (owner) Edge.
+Issuer = Callable[[SlotGrant, str], Callable[[str, str, int], dict[str, Any]]]
 
 
 class LocalRuns(Protocol):
@@ -132,6 +137,8 @@ class RunRouter:
         self._loops: list[asyncio.Task[None]] = []
         self._last_ok = time.monotonic()
         self._owner_of = self._redis.register_script(_OWNER_OF)
+        # Managed mode: issues envelopes for runs routed to this Edge's Nodes (R-SCALE-7).
+        self.issuer: Issuer | None = None
 
     def _key(self, edge_id: str, kind: str) -> str:
         return f"{self.prefix}:edge:{edge_id}:{kind}"
@@ -167,8 +174,8 @@ class RunRouter:
     ) -> RunChannel:
         """Send the run to its Node's Edge; raises ``NodeUnavailable`` when no live Edge
         holds the Node (``RelayUnavailable`` when Redis cannot be reached)."""
-        if spec.seal is not None:
-            raise NodeUnavailable(f"{node_id}: managed-mode runs are not routed between Edges")
+        if spec.seal is not None and spec.grant is None:
+            raise NodeUnavailable(f"{node_id}: a managed-mode run needs its slot grant to route")
         try:
             owner = await self._owner_of(
                 keys=[f"{self.prefix}:node:{node_id}"], args=[f"{self.prefix}:alive:"]
@@ -195,6 +202,7 @@ class RunRouter:
             forward_headers=dict(spec.forward_headers) if spec.tunnel else {},
             request_id=spec.request_id,
             traceparent=spec.traceparent,
+            grant=spec.grant,  # the Edge holding the Node issues the envelope (R-SCALE-7)
         )
         messages: list[Msg] = [Part(run_id=run_id, reply_to=self.edge_id, data=p) for p in parts]
 
@@ -283,19 +291,20 @@ class RunRouter:
         whole = len(served.parts) == order.body_parts
         body = "".join(served.parts) if order.body_parts else order.body
         served.parts = []
-        spec = RunOrder(
-            tunnel=order.tunnel,
-            operation=order.operation,
-            stream=order.stream,
-            body=body.encode(),
-            forward_headers=tuple(order.forward_headers.items()),
-            request_id=order.request_id,
-            traceparent=order.traceparent,
-        )
         channel: RunChannel | None = None
         try:
             if not whole:
                 raise NodeUnavailable("the run's body did not arrive whole")
+            spec = RunOrder(
+                tunnel=order.tunnel,
+                operation=order.operation,
+                stream=order.stream,
+                body=body.encode(),
+                forward_headers=tuple(order.forward_headers.items()),
+                request_id=order.request_id,
+                traceparent=order.traceparent,
+                seal=self._sealer(order),
+            )
             channel = await self._local.open_local(
                 run_id, order.node_id, order.provider_id, spec, order.window
             )
@@ -308,6 +317,10 @@ class RunRouter:
                 phase=wire.PHASE_CONNECT,
             )
             await self._send(requester, "replies", End(run_id, False, error))
+        except SealRefused as exc:  # as a Node's refusal of the envelope (R-MGD-4)
+            refused = wire.RunError(code="credential_refused", message=str(exc),
+                                    phase=wire.PHASE_CONNECT)  # fmt: skip
+            await self._send(requester, "replies", End(run_id, False, refused))
         except RedisError as exc:
             log.warning("run %s for Edge %s not relayed: %s", run_id, requester, exc)
             # Output was lost: the run ends here. Say so once more on a fresh connection (a
@@ -320,6 +333,14 @@ class RunRouter:
             self._served.pop(key, None)
             if channel is not None:
                 self._local.close_run(channel)  # a run still going is cancelled on its Node
+
+    def _sealer(self, order: Open) -> Callable[[str, str, int], dict[str, Any]] | None:
+        """A managed run's sealer on this Edge, which knows the Node's generation."""
+        if order.grant is None:
+            return None
+        if self.issuer is None:
+            raise SealRefused("the Edge holding the node is not in managed mode")
+        return self.issuer(order.grant, order.provider_id)
 
     async def _relay(
         self, requester: str, served: _Served, order: Open, channel: RunChannel

@@ -10,6 +10,7 @@ from __future__ import annotations
 import msgspec
 
 from nodes import wire
+from nodes.envelope import SlotGrant
 
 
 class Msg(msgspec.Struct, tag_field="t", forbid_unknown_fields=True, omit_defaults=True):
@@ -29,6 +30,7 @@ class Open(Msg, tag="open"):
     forward_headers: dict[str, str] = {}
     request_id: str = ""  # R-OBS-1, R-OBS-2: as in the Node's run messages
     traceparent: str = ""
+    grant: SlotGrant | None = None  # managed mode: the owner issues the envelope (R-SCALE-7)
 
 
 class Part(Msg, tag="part"):

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from nodes import wire
+from nodes.envelope import SlotGrant
 
 
 class NodeUnavailable(Exception):
@@ -32,6 +33,9 @@ class RunOrder:
     seal: Callable[[str, str, int], dict[str, Any]] | None = None
     request_id: str = ""  # R-OBS-1: the request this run serves
     traceparent: str = ""  # R-OBS-2: the W3C trace context the Node's spans continue
+    # Managed mode across Edges: what the Edge holding the Node needs to issue the envelope
+    # itself, with its own connection generation (R-SCALE-7); None on a legacy run.
+    grant: SlotGrant | None = None
 
 
 Grant = Callable[[int], None]

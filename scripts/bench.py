@@ -123,7 +123,14 @@ async def _measure(cell: Cell, seconds: float) -> Row:
         samples = await probe_for(target.probe(mode), min(seconds, 2.0))
     wrk = asyncio.create_task(
         asyncio.to_thread(
-            run_wrk, target.url, target.body(mode), target.token, c, seconds, target.spread
+            run_wrk,
+            target.url,
+            target.body(mode),
+            target.token,
+            c,
+            seconds,
+            target.spread,
+            target.headers,
         )
     )
     if mode == "stream" and c > 1:
@@ -170,6 +177,16 @@ def _profile(pids: dict[str, int], seconds: float, out: Path, label: str) -> lis
     ]
 
 
+def _summarise_profiles(directory: Path) -> None:
+    """Beside each py-spy file, its top tables (scripts/bench_profile.py) as ``*.top.txt``."""
+    from bench_profile import summary
+
+    for raw in sorted(directory.glob("*.txt")):
+        if not raw.name.endswith(".top.txt") and raw.stat().st_size:
+            raw.with_suffix(".top.txt").write_text(summary(raw, 25) + "\n")
+    print(f"profiles and their top tables: {directory}", file=sys.stderr)
+
+
 async def _run(
     cells: list[Cell], args: argparse.Namespace
 ) -> dict[tuple[str, str, int], list[Row]]:
@@ -177,7 +194,14 @@ async def _run(
     for target in targets.values():
         await _check(target)
         await asyncio.to_thread(
-            run_wrk, target.url, target.body("json"), target.token, 16, 1, target.spread
+            run_wrk,
+            target.url,
+            target.body("json"),
+            target.token,
+            16,
+            1,
+            target.spread,
+            target.headers,
         )  # warm-up: connections, caches
     runs: dict[tuple[str, str, int], list[Row]] = {cell.key: [] for cell in cells}
     for turn in range(args.rounds):  # every cell once per round: they share the conditions
@@ -257,7 +281,15 @@ def main() -> int:
     parser.add_argument(
         "--profile",
         metavar="DIR",
-        help="py-spy the Edge and the Node in the first c=1 and c=16 runs",
+        nargs="?",
+        const=str(ROOT / "var" / "bench" / "profile"),
+        help="py-spy the Edge and the Node in the first c=1 and c=16 runs, into DIR "
+        "(default var/bench/profile)",
+    )
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="also LiteLLM's proxy beside Portkey's gateway (installed once, large)",
     )
     parser.add_argument(
         "--diagnose",
@@ -297,6 +329,8 @@ def main() -> int:
             ]
             idle = {name: rss_mb(pid)[0] for name, pid in ctx.memory_pids.items()}
             runs = asyncio.run(_run(cells, args))
+            if args.profile:
+                _summarise_profiles(Path(args.profile))
             memory = {name: (idle[name], *rss_mb(pid)) for name, pid in ctx.memory_pids.items()}
         epilogues = [text for fn in bench_cells.EPILOGUES if (text := fn(ctx))]
     finally:

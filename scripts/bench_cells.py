@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 # Modules whose import registers more suites or checks (each one: scripts/<name>.py).
 SUITE_MODULES: tuple[str, ...] = (
-    "bench_tls", "bench_limits", "bench_gate", "bench_scale", "bench_tracing",
+    "bench_tls", "bench_limits", "bench_gate", "bench_scale", "bench_tracing", "bench_peers",
+    "bench_streams",
 )  # fmt: skip
 BODIES = {
     "json": {"model": "bench", "messages": [{"role": "user", "content": "ping"}]},
@@ -64,6 +65,7 @@ class Target:
     # Several Edges: every one's port on 127.0.0.1; wrk's connections alternate over them
     # (``port`` is the one the check and the probe use). Empty: ``port`` only.
     spread: tuple[int, ...] = ()
+    headers: tuple[tuple[str, str], ...] = ()  # sent with every request (a peer's routing)
 
     @property
     def url(self) -> str:
@@ -74,7 +76,9 @@ class Target:
         return json.dumps(self.bodies[mode]).encode()
 
     def probe(self, mode: str) -> Probe:
-        return Probe("127.0.0.1", self.port, self.path, self.body(mode), self.token, self.tls)
+        return Probe(
+            "127.0.0.1", self.port, self.path, self.body(mode), self.token, self.tls, self.headers
+        )
 
 
 @dataclass(frozen=True)
@@ -134,13 +138,14 @@ def check(fn: Callable[[Figures], list[Check]]) -> Callable[[Figures], list[Chec
     return fn
 
 
-def bench_providers(ctx: BenchContext) -> list[dict[str, Any]]:
-    """The one provider every bench Edge has: capacity 256 on the shared upstream."""
+def bench_providers(ctx: BenchContext, capacity: int = 256) -> list[dict[str, Any]]:
+    """The one provider every bench Edge has, on the shared upstream (capacity 256 unless
+    said otherwise: the open-streams measurement needs more)."""
     return [
         {
             "id": "p-bench",
             "profile": "openai",
-            "capacity": 256,
+            "capacity": capacity,
             "base_url": f"http://127.0.0.1:{ctx.upstream_port}/v1",
         }
     ]
@@ -152,11 +157,14 @@ def edge_stack(
     name: str,
     env: dict[str, str] | None = None,
     pin: bool = True,
+    one_core: bool = False,
+    capacity: int = 256,
     **config: Any,
 ) -> Iterator[Target]:
-    """A real Edge and Node (tests.support.Stack) with one provider of capacity 256 on the
-    shared upstream, pinned like the core cells unless ``pin`` is false; ``config`` is merged
-    into the Edge config (``openai=...`` for instance). Yields the target named ``name``."""
+    """A real Edge and Node (tests.support.Stack) with one provider of ``capacity`` on the
+    shared upstream, pinned like the core cells unless ``pin`` is false (``one_core``: the Node
+    too on the server's CPU); ``config`` is merged into the Edge config (``openai=...`` for
+    instance). Yields the target named ``name``."""
     from tests.support import Stack
 
     # scripts/bench_diag/sitecustomize.py acts only on the IOP_BENCH_* variables.
@@ -168,7 +176,7 @@ def edge_stack(
     with Stack(
         ctx.workdir / name,
         upstreams={},
-        providers=bench_providers(ctx),
+        providers=bench_providers(ctx, capacity),
         models=[
             {"id": "bench", "providers": {"p-bench": "bench-served"}},
             {"id": "bench-translated", "providers": {"p-bench": "bench-served"}, "translate": True},
@@ -182,7 +190,7 @@ def edge_stack(
         pids = {"edge": stack.edge.popen.pid, "node": stack.nodes[0].popen.pid}
         if pin:
             ctx.pin(f"{name} (Edge)", pids["edge"], server=True)
-            ctx.pin(f"{name} (Node)", pids["node"], server=False)
+            ctx.pin(f"{name} (Node)", pids["node"], server=one_core)
         else:  # children inherit bench.py's own pinning: give them every CPU back
             for pid in pids.values():
                 pin_process(pid, ctx.all_cpus)
@@ -204,6 +212,10 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "gc": ("edge-gc-undone", {"IOP_BENCH_UNDO": "gc"}),  # no gc.freeze / set_threshold
     "gc-7000": ("edge-gc-7000", {"IOP_BENCH_GC_THRESHOLD": "7000,10,10"}),  # 10x young gen
     "unpinned": ("edge-unpinned", {}),  # the OS places the Edge and the Node
+    # the event loop (nodes/loop.py): asyncio's own under both, or under the Edge only
+    "asyncio": ("edge-asyncio", {"IOP_EVENT_LOOP": "asyncio"}),
+    "uvloop": ("edge-uvloop", {"IOP_EVENT_LOOP": "uvloop"}),  # as shipped, for an A/B in order
+    "asyncio-edge": ("edge-asyncio-edge", {"IOP_BENCH_ASYNCIO_IN": "edge"}),
 }
 
 

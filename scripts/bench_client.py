@@ -39,12 +39,14 @@ def run_wrk(
     connections: int,
     seconds: float,
     ports: tuple[int, ...] = (),
+    headers: tuple[tuple[str, str], ...] = (),
 ) -> WrkResult:
     """One wrk run (one thread: this machine has two cores to share with the servers). With
     ``ports`` (several Edges on 127.0.0.1), one thread per port, each thread's connections on
     its own port (``bench_wrk.lua`` ``setup``): the client's connections alternate over the
-    Edges and the summary covers them all."""
+    Edges and the summary covers them all. ``headers`` are added to every request."""
     env = {**os.environ, "BENCH_BODY": body.decode(), "BENCH_TOKEN": token}
+    env["BENCH_HEADERS"] = "\n".join(f"{name}: {value}" for name, value in headers)
     env["BENCH_PORTS"] = ",".join(str(port) for port in ports)
     out = subprocess.run(
         [
@@ -88,7 +90,7 @@ class Probe:
 
     def __init__(
         self, host: str, port: int, path: str, body: bytes, token: str,
-        tls: ssl.SSLContext | None = None,
+        tls: ssl.SSLContext | None = None, extra: tuple[tuple[str, str], ...] = (),
     ) -> None:  # fmt: skip
         headers = [
             f"POST {path} HTTP/1.1",
@@ -98,6 +100,7 @@ class Probe:
         ]
         if token:
             headers.append(f"Authorization: Bearer {token}")
+        headers += [f"{name}: {value}" for name, value in extra]
         self.request = ("\r\n".join(headers) + "\r\n\r\n").encode() + body
         self.host, self.port, self.tls = host, port, tls
         self.reader: asyncio.StreamReader | None = None

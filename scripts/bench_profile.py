@@ -104,9 +104,19 @@ def parse(path: Path) -> list[tuple[list[tuple[str, str]], int]]:
     return stacks
 
 
+# Under uvloop the loop itself is native code: a sample whose innermost Python frame is the
+# call that entered it is epoll waiting or uvloop's own work, which py-spy cannot tell apart.
+NATIVE_LOOP_ENTRIES = {
+    ("AsyncioSelectorReactor.run", "twisted/internet/asyncioreactor.py"),  # the Edge
+    ("Runner.run", "asyncio/runners.py"),  # the Node
+}
+
+
 def idle(frames: list[tuple[str, str]]) -> bool:
     """Waiting in epoll: a non-blocking py-spy cannot always tell that this is idle."""
     func, file = frames[-1]
+    if (func, file) in NATIVE_LOOP_ENTRIES:
+        return True
     return file.endswith("selectors.py") and func.endswith(".select")
 
 
@@ -132,7 +142,10 @@ def summary(path: Path, top: int) -> str:
         rows = [f"  {100 * n / total:5.1f}%  {name}" for name, n in counter.most_common(top)]
         return [title, *rows]
 
-    lines = [f"{path.name}: {total} busy samples (+{waiting} waiting in epoll, left out)"]
+    lines = [
+        f"{path.name}: {total} busy samples (+{waiting} waiting in epoll or inside uvloop's "
+        "native loop, left out)"
+    ]
     lines += block("time by phase:", phases)
     lines += block("self time by area:", by_area)
     lines += block("self time by function:", by_func)

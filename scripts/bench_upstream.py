@@ -60,6 +60,8 @@ MODELS_BODY = json.dumps(
     {"object": "list", "data": [{"id": "bench-served", "object": "model"}]}, separators=(",", ":")
 ).encode()
 STREAM_RE = re.compile(rb'"stream"\s*:\s*true')
+HOLD = b"bench-hold"  # a message holding this: the stream's first event, then nothing until
+# the client leaves (open streams, scripts/bench_streams.py)
 
 
 def _response(body: bytes) -> bytes:
@@ -111,6 +113,9 @@ class UpstreamProtocol(asyncio.Protocol):
             return
         if head.startswith(b"get ") and b"/models" in head.split(b"\r\n", 1)[0]:
             transport.write(_response(MODELS_BODY))
+        elif STREAM_RE.search(body) and HOLD in body:
+            transport.write(SSE_HEAD + SSE_CHUNKS[0])
+            return
         elif STREAM_RE.search(body):
             transport.write(SSE_HEAD)
             for chunk in (*SSE_CHUNKS, SSE_TAIL):  # one write per event, as tokens arrive

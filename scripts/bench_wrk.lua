@@ -7,6 +7,11 @@ local token = os.getenv("BENCH_TOKEN") or ""
 if token ~= "" then
   wrk.headers["Authorization"] = "Bearer " .. token
 end
+-- BENCH_HEADERS (optional): more request headers, one "Name: value" per line (a peer
+-- gateway's routing headers, for instance).
+for name, value in string.gmatch(os.getenv("BENCH_HEADERS") or "", "([^:\n]+):%s*([^\n]*)") do
+  wrk.headers[name] = value
+end
 
 -- BENCH_PORTS (optional, "p1,p2"): wrk runs one thread per port and each thread's
 -- connections go to its own port on 127.0.0.1, so one run spreads over several Edges.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import stat
 
@@ -46,6 +47,15 @@ def test_a_tampered_sealed_value_is_refused() -> None:
         ring.open(f"{version}:{key_id}:{flipped}", "s")
     with pytest.raises(KeyringError, match="malformed"):
         ring.open("garbage", "s")
+
+
+def test_a_sealed_value_shorter_than_its_nonce_is_malformed_not_a_crash() -> None:
+    """A corrupted row (or a routed grant, R-SCALE-7) too short to hold a nonce is refused
+    as malformed, so the request gets 503 credential_unavailable, never a 500."""
+    ring = new_keyring("k1")
+    for body in ("", "AAAA", base64.b64encode(b"x" * 12).decode()):
+        with pytest.raises(KeyringError, match="malformed"):
+            ring.open(f"v1:k1:{body}", "s")
 
 
 def test_the_keyring_file_round_trips_and_is_private(tmp_path) -> None:

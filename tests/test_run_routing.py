@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 
 from catalog.config import load_snapshot
 from nodes import wire
+from nodes.envelope import SlotGrant
 from nodes.hub import NodeHub, NodeSession, NodeUnavailable
 from nodes.remote import REMOTE_WINDOW_CHARS, RelayUnavailable, RunRouter
 from nodes.remote_wire import Output
@@ -267,12 +268,48 @@ async def test_a_node_gone_from_its_edge_ends_the_run_with_a_retryable_node_gone
     assert end.error.before_first_byte
 
 
-async def test_managed_mode_runs_are_not_routed_between_edges(edges):
-    def seal(run_id: str, node_id: str, generation: int) -> dict:
-        raise AssertionError("never sealed for another Edge")
+async def test_a_managed_run_is_sealed_by_the_edge_holding_the_node_r_scale_7(edges):
+    """R-SCALE-7: the requester never seals (it does not know the Node's generation); the
+    order carries the slot grant and Edge B issues the envelope with its own generation.
+    Without a grant a managed run is not routed."""
 
-    with pytest.raises(NodeUnavailable, match="managed-mode"):
-        await edges.a.open_run(LEASE, order(seal=seal))
+    def never(run_id: str, node_id: str, generation: int) -> dict:
+        raise AssertionError("the requester never seals a routed run")
+
+    with pytest.raises(NodeUnavailable, match="grant"):
+        await edges.a.open_run(LEASE, order(seal=never))
+    issued: list[tuple[SlotGrant, str, str, str, int]] = []
+
+    def issuer(grant: SlotGrant, provider_id: str):
+        def seal(run_id: str, node_id: str, generation: int) -> dict:
+            issued.append((grant, provider_id, run_id, node_id, generation))
+            return {"sealed-for": node_id, "generation": generation}
+
+        return seal
+
+    edges.router_b.issuer = issuer
+    grant = SlotGrant("slot-1", 3, 7, "v1:k1:opaque")
+    channel = await edges.a.open_run(LEASE, order(seal=never, grant=grant), window=0)
+    request = await edges.run_request()
+    generation = edges.session.generation
+    assert issued == [(grant, "cli-a", channel.run_id, "node-a", generation)]
+    assert request.lease_envelope == {"sealed-for": "node-a", "generation": generation}
+    await edges.from_node(wire.RunEnd(run_id=request.run_id, ok=True))
+    await read_all(channel)
+
+
+async def test_a_managed_run_routed_to_an_edge_that_cannot_seal_ends_credential_refused(edges):
+    """R-SCALE-7: Edge B without managed mode (or unable to open the slot) refuses the run
+    before anything reaches the Node, as a Node refuses a bad envelope."""
+
+    def seal(run_id: str, node_id: str, generation: int) -> dict:
+        raise AssertionError("the requester never seals a routed run")
+
+    grant = SlotGrant("slot-1", 3, 7, "v1:k1:opaque")
+    channel = await edges.a.open_run(LEASE, order(seal=seal, grant=grant), window=0)
+    _, end = await read_all(channel)
+    assert end.error is not None and end.error.code == "credential_refused"
+    assert edges.node.runs() == []
 
 
 async def test_redis_unreachable_refuses_a_routed_run_at_once(edges):

@@ -186,7 +186,7 @@ def test_with_redis_the_pool_is_the_shared_redis_engine_r_scale_2():
     assert type(pool) is RedisPool  # built, not started: nothing reached Redis yet
 
 
-def test_scale_out_with_managed_mode_is_refused_with_the_reason():
-    managed = SimpleNamespace(credential_plane=object())  # only the switch is read
-    reason = scale.refusal(REDIS_ON, "django.db.backends.postgresql", managed)  # type: ignore[arg-type]
-    assert reason is not None and reason.startswith("managed mode (credential_plane) is not")
+def test_scale_out_with_managed_mode_starts_r_scale_7():
+    """R-SCALE-7: managed mode is no reason to refuse several Edges any more."""
+    managed = SimpleNamespace(credential_plane=object())  # only the switch would be read
+    assert scale.refusal(REDIS_ON, "django.db.backends.postgresql", managed) is None  # type: ignore[arg-type]

@@ -18,6 +18,8 @@ from nodes.agent.keygen import keygen
 from nodes.agent.secrets import SecretError, resolve_secret
 from nodes.envelope import KeyFileError, KeyFileExposed
 from nodes.heap import settle_heap
+from nodes.loop import LoopChoiceError
+from nodes.loop import install as install_loop
 from obskit.context import NODE
 from obskit.logs import LogFormatError, configure, json_line, log_format
 from obskit.otel import Tracing, TracingConfigError, start_tracing
@@ -74,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     except LogFormatError as exc:
         print(exc, file=sys.stderr)
         return 2
+    try:  # uvloop unless IOP_EVENT_LOOP=asyncio (docs/performance.md)
+        loop_name = install_loop()
+    except LoopChoiceError as exc:
+        return _refuse(fmt, str(exc))
     try:
         config = load_config(args.config)
         if config.tls is not None and config.tls.key_file is not None:
@@ -97,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         return _refuse(fmt, str(exc))
     configure(fmt, args.log_level, sys.stderr)
     NODE.set(config.node_id)  # every task of the Node inherits it (its log lines name it)
-    log.info("iop-node %s starting (node %s)", __version__, config.node_id)
+    log.info("iop-node %s starting (node %s, %s loop)", __version__, config.node_id, loop_name)
     try:
         asyncio.run(_run(config, args.shutdown_grace, tracing))
     finally:

@@ -23,7 +23,7 @@ from pool.http.budgets import Budgets
 from pool.http.dispatch import dispatch
 from pool.http.errors import HttpError, model_not_found
 from pool.http.fallback import Served, chain_of, serve
-from pool.http.limits import RateLimited, Ticket, TokenLimiter
+from pool.http.limits import LimitsUnavailable, RateLimited, Ticket, TokenLimiter
 from pool.http.managed import Grant, RouteCredentials
 from pool.http.metrics import metrics_response, scrape_allowed
 from pool.http.operations import ENDPOINTS, Endpoint, ParsedRequest, Target, parse_request
@@ -35,6 +35,7 @@ from pool.metering import RequestRecord
 
 if TYPE_CHECKING:
     from obskit.otel import Tracing
+    from pool.http.limits_shared import SharedTokenLimiter  # scale-out only: loads redis
 
 log = logging.getLogger("iop.http")
 access = logging.getLogger("iop.access")  # one line per request when IOP_ACCESS_LOG is on
@@ -50,13 +51,19 @@ class OpenAIApp:
     """Serves /v1/* (and /metrics with a scrape token) through the provider pool."""
 
     def __init__(
-        self, runtime: DataPlane, *, rate_window_s: float = 60.0, tracing: Tracing | None = None
+        self,
+        runtime: DataPlane,
+        *,
+        rate_window_s: float = 60.0,
+        tracing: Tracing | None = None,
+        shared_limits: SharedTokenLimiter | None = None,
     ) -> None:
         self.runtime = runtime
         self.tracing = tracing  # R-OBS-2: None unless OTEL_* asked for traces
         self._snapshot: EdgeSnapshot | None = None
         self._tables: Tables | None = None
         self.limiter = TokenLimiter(rate_window_s)  # R-PRIN-2: per-token counters, this Edge
+        self.shared_limits = shared_limits  # R-SCALE-6: scale-out counts in Redis instead
         self.budgets = Budgets(runtime.meter.budgets)  # R-BUD-1: from the meter's view
 
     def tables(self) -> Tables:
@@ -146,12 +153,19 @@ class OpenAIApp:
         if request.model in tables.snapshot.models:
             meta.model_group = request.model
         if caller.limits is not None and caller.token_ref is not None:
-            try:  # R-PRIN-2: before admission, from this Edge's counters
-                meta.ticket = self.limiter.admit(
-                    caller.token_ref, caller.limits, request.input_tokens_estimate
-                )
+            try:  # R-PRIN-2: before admission; across every Edge in scale-out (R-SCALE-6)
+                if self.shared_limits is None:
+                    meta.ticket = self.limiter.admit(
+                        caller.token_ref, caller.limits, request.input_tokens_estimate
+                    )
+                else:
+                    meta.ticket = await self.shared_limits.admit(
+                        caller.token_ref, caller.limits, request.input_tokens_estimate
+                    )
             except RateLimited as exc:
                 raise HttpError("rate_limited", str(exc), headers=exc.headers()) from None
+            except LimitsUnavailable:
+                raise HttpError("pool_unavailable") from None
             if meta.ticket.quota is not None:
                 ex.extra_headers = ex.extra_headers + meta.ticket.quota.headers()
         credentials = None
@@ -232,7 +246,8 @@ class OpenAIApp:
         input_tokens, output_tokens, estimated = _usage(meta, ex)
         spent = input_tokens + output_tokens + sum(s.total for s in ex.spent)  # R-BUD-2
         if meta.ticket is not None:  # R-PRIN-2: exactly once, the estimate corrected
-            self.limiter.finish(meta.ticket, spent)
+            limiter = self.limiter if self.shared_limits is None else self.shared_limits
+            limiter.finish(meta.ticket, spent)
         request = meta.request
         status = ex.status or 500
         meter = self.runtime.meter

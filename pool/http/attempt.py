@@ -86,6 +86,11 @@ async def open_attempt(
             if attempt.credentials is not None
             else None
         ),
+        grant=(  # a Node on another Edge: that Edge issues the envelope (R-SCALE-7)
+            attempt.credentials.slot_grant(lease.provider_id)
+            if attempt.credentials is not None
+            else None
+        ),
         request_id=request_id,
         traceparent=traceparent,
     )

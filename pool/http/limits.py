@@ -61,6 +61,11 @@ class Quota:
         return out
 
 
+class LimitsUnavailable(Exception):
+    """The shared counters (scale-out, ``limits_shared``) did not answer: the request gets
+    503 ``pool_unavailable``, never admitted uncounted (R-SCALE-6)."""
+
+
 class RateLimited(Exception):
     """Over a limit: retry after ``retry_after_s``; ``quota`` for the headers (may be None)."""
 

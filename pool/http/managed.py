@@ -22,7 +22,15 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 
 from catalog.config import EdgeSnapshot, KeyFile, ProviderSpec
 from catalog.keyring import Keyring, KeyringError
-from nodes.envelope import Binding, KeyFileError, KeyFileExposed, issue, load_key
+from nodes.envelope import (
+    Binding,
+    KeyFileError,
+    KeyFileExposed,
+    SealRefused,
+    SlotGrant,
+    issue,
+    load_key,
+)
 from pool.http.auth import Caller, Headers, presented_token
 from pool.http.errors import HttpError
 from secretref.keyfiles import PrivateFileError, check_private
@@ -170,33 +178,62 @@ class ManagedPlane:
         """Issues the run's lease envelope once the hub knows its run id and generation."""
 
         def seal(run_id: str, node_id: str, generation: int) -> dict[str, Any]:
-            provider = self.snapshot.providers[provider_id]
-            slot = grant.slot_for(provider)
-            recipient = self._recipients.get(node_id)
-            if slot is None or recipient is None:
+            slot = grant.slot_for(self.snapshot.providers[provider_id])
+            if slot is None:
                 raise HttpError("credential_unavailable", "the provider has no credential")
-            secret = self._unseal(slot)
-            binding = Binding(
-                run_id=run_id,
-                node_id=node_id,
-                provider_id=provider_id,
-                slot_id=slot.slot_id,
-                credential_revision=slot.credential_revision,
-                route_revision=grant.revision,
-                generation=generation,
-            )
-            return issue(
-                secret,
-                binding,
-                recipient_key_id=recipient[0],
-                recipient=recipient[1],
-                issuer_key_id=self._issuer_id,
-                issuer=self._issuer,
-                now=self._clock(),
-                ttl_s=self._ttl_s,
-            )
+            return self._issue(slot, grant.revision, provider_id, run_id, node_id, generation)
 
         return seal
+
+    def slot_grant(self, grant: Grant, provider_id: str) -> SlotGrant | None:
+        """What another Edge holding the provider's Node needs to issue the envelope."""
+        provider = self.snapshot.providers.get(provider_id)
+        slot = grant.slot_for(provider) if provider is not None else None
+        if slot is None:
+            return None
+        return SlotGrant(slot.slot_id, slot.credential_revision, grant.revision, slot.sealed)
+
+    def routed_sealer(
+        self, grant: SlotGrant, provider_id: str
+    ) -> Callable[[str, str, int], dict[str, Any]]:
+        """R-SCALE-7: the envelope of a run routed here from another Edge, issued by this Edge
+        (which holds the Node's connection generation) with the binding that Edge resolved."""
+        slot = SlotUse(grant.slot_id, "", grant.credential_revision, grant.sealed)
+
+        def seal(run_id: str, node_id: str, generation: int) -> dict[str, Any]:
+            try:
+                return self._issue(slot, grant.route_revision, provider_id, run_id, node_id,
+                                   generation)  # fmt: skip
+            except HttpError as exc:
+                raise SealRefused(exc.message) from None
+
+        return seal
+
+    def _issue(self, slot: SlotUse, route_revision: int, provider_id: str, run_id: str,
+               node_id: str, generation: int) -> dict[str, Any]:  # fmt: skip
+        recipient = self._recipients.get(node_id)
+        if recipient is None:
+            raise HttpError("credential_unavailable", "the provider has no credential")
+        secret = self._unseal(slot)
+        binding = Binding(
+            run_id=run_id,
+            node_id=node_id,
+            provider_id=provider_id,
+            slot_id=slot.slot_id,
+            credential_revision=slot.credential_revision,
+            route_revision=route_revision,
+            generation=generation,
+        )
+        return issue(
+            secret,
+            binding,
+            recipient_key_id=recipient[0],
+            recipient=recipient[1],
+            issuer_key_id=self._issuer_id,
+            issuer=self._issuer,
+            now=self._clock(),
+            ttl_s=self._ttl_s,
+        )
 
     def _unseal(self, slot: SlotUse) -> bytes:
         """The slot's secret. The keyring file is read again when a key it does not hold
@@ -223,3 +260,16 @@ class RouteCredentials:
 
     def sealer(self, provider_id: str) -> Callable[[str, str, int], dict[str, Any]]:
         return self._plane.sealer(self._grant, provider_id)
+
+    def slot_grant(self, provider_id: str) -> SlotGrant | None:
+        return self._plane.slot_grant(self._grant, provider_id)
+
+
+def routed_sealer(
+    plane: ManagedPlane | None, grant: SlotGrant, provider_id: str
+) -> Callable[[str, str, int], dict[str, Any]]:
+    """The owner Edge's side of R-SCALE-7 (``RunRouter.issuer``): refused unless this Edge runs
+    managed mode too."""
+    if plane is None:
+        raise SealRefused("the Edge holding the node is not in managed mode")
+    return plane.routed_sealer(grant, provider_id)

@@ -7,6 +7,8 @@ pause over 2 ms with its time since start.
 ``IOP_BENCH_UNDO=gc``: make ``gc.freeze`` and ``gc.set_threshold`` no-ops, to measure a
 process as it was before the heap was settled (docs/performance-history.md).
 ``IOP_BENCH_GC_THRESHOLD=A,B,C``: start with these collector thresholds.
+``IOP_BENCH_ASYNCIO_IN=edge`` (or ``node``, or both): that process runs on asyncio's own
+loop instead of uvloop (``IOP_EVENT_LOOP=asyncio`` for it alone, nodes/loop.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ from typing import Any
 
 if os.environ.get("IOP_BENCH_GC_THRESHOLD"):
     gc.set_threshold(*(int(n) for n in os.environ["IOP_BENCH_GC_THRESHOLD"].split(",")))
+_argv = " ".join(sys.orig_argv)
+_role = "node" if "nodes.agent.main" in _argv or "iop-node" in _argv else "edge"
+if _role in os.environ.get("IOP_BENCH_ASYNCIO_IN", "").split(","):
+    os.environ["IOP_EVENT_LOOP"] = "asyncio"  # read by nodes.loop.install at start
 if os.environ.get("IOP_BENCH_UNDO") == "gc":
     gc.freeze = lambda: None
     gc.set_threshold = lambda *args: None  # type: ignore[assignment]

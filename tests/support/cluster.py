@@ -10,6 +10,7 @@ in-memory pool (enough to show Nodes moving between Edges and revisions in one d
 
 from __future__ import annotations
 
+import re
 import secrets
 import shutil
 import subprocess
@@ -33,6 +34,30 @@ def scale_out_redis_url() -> str | None:
     return os.environ.get("IOP_TEST_REDIS_URL") or None
 
 
+def postgres_test_url() -> str:
+    """``IOP_TEST_DATABASE_URL`` (the PostgreSQL server the Edges share), else ''."""
+    import os
+
+    return os.environ.get("IOP_TEST_DATABASE_URL", "")
+
+
+def scale_out_marks() -> list[Any]:
+    """The marks of an end-to-end scale-out test: slow, and skipped with the reason unless
+    PostgreSQL and Redis are named (``IOP_TEST_DATABASE_URL``, ``IOP_TEST_REDIS_URL``)."""
+    import pytest
+
+    return [
+        pytest.mark.slow,
+        pytest.mark.skipif(
+            not postgres_test_url().startswith(("postgres://", "postgresql://")),
+            reason="needs PostgreSQL: set IOP_TEST_DATABASE_URL=postgresql://... (Edges share it)",
+        ),
+        pytest.mark.skipif(
+            scale_out_redis_url() is None, reason="scale-out needs Redis: set IOP_TEST_REDIS_URL"
+        ),
+    ]
+
+
 def with_database(url: str, name: str) -> str:
     """``url`` (postgresql://...) naming database ``name`` instead."""
     parts = urlsplit(url)
@@ -42,8 +67,9 @@ def with_database(url: str, name: str) -> str:
 class EdgeHandle:
     """One Edge of a cluster: its id, ports and process."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, node_tls: bool = False, api_tls: bool = False) -> None:
         self.index = index
+        self.node_tls, self.api_tls = node_tls, api_tls  # edge.tls (wss://), openai.tls
         self.edge_id = f"edge-{index}"
         self.ports = {"edge": free_port(), "admin": free_port(), "openai": free_port()}
         self.proc: Proc | None = None
@@ -51,11 +77,11 @@ class EdgeHandle:
 
     @property
     def node_url(self) -> str:
-        return f"ws://127.0.0.1:{self.ports['edge']}/ws/node"
+        return f"{'wss' if self.node_tls else 'ws'}://127.0.0.1:{self.ports['edge']}/ws/node"
 
     @property
     def openai_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports['openai']}"
+        return f"{'https' if self.api_tls else 'http'}://127.0.0.1:{self.ports['openai']}"
 
     @property
     def control_url(self) -> str:
@@ -105,7 +131,8 @@ class Cluster(Stack):
         # that refuses admissions for one TTL, docs/scale-out.md) admit, soon.
         self.lease_ttl_s = lease_ttl_s
         self.revision_poll_s = revision_poll_s
-        self.edges = [EdgeHandle(i) for i in range(edges)]
+        tls = (bool(self._edge.get("tls")), bool(self._openai.get("tls")))
+        self.edges = [EdgeHandle(i, *tls) for i in range(edges)]
         self.ports = self.edges[0].ports  # the config document names Edge 0's ports
         self._created = False
 
@@ -246,9 +273,9 @@ class Cluster(Stack):
         ready_on: int | None = None
         by_port = {h.ports["edge"]: h.index for h in self.edges}
         for line in proc.log.read_text(errors="replace").splitlines():
-            if "connecting to ws://127.0.0.1:" in line:
-                port = int(line.split("ws://127.0.0.1:", 1)[1].split("/", 1)[0])
-                dialled, ready_on = by_port.get(port), None
+            dialling = re.search(r"connecting to wss?://127\.0\.0\.1:(\d+)/", line)
+            if dialling is not None:
+                dialled, ready_on = by_port.get(int(dialling.group(1))), None
             elif " ready: generation " in line:
                 ready_on = dialled
             elif "connection lost" in line or "closed the connection" in line:

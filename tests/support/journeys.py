@@ -126,13 +126,7 @@ class JourneyEdge:
 
     def json_lines(self, output: str) -> list[dict[str, Any]]:
         """The JSON reports printed by the block's curl commands, in order."""
-        decoder = json.JSONDecoder()
-        reports, index = [], output.find("{")
-        while index != -1:
-            report, end = decoder.raw_decode(output, index)
-            reports.append(report)
-            index = output.find("{", end)
-        return reports
+        return printed_json(output)
 
     def service(self, name: str, command: str, cwd: Path, env: dict[str, str]) -> Proc:
         """Start one long-running command line of a block (a Node) as a child process."""
@@ -257,6 +251,17 @@ class JourneyEdge:
         document["nodes"][0]["providers"].extend(extra_providers)
         document["models"].extend(extra_models)
         return yaml.safe_dump(document, sort_keys=False)
+
+
+def printed_json(output: str) -> list[Any]:
+    """The JSON documents a command printed (curl's answers), in order."""
+    decoder = json.JSONDecoder()
+    found, index = [], output.find("{")
+    while index != -1:
+        value, end = decoder.raw_decode(output, index)
+        found.append(value)
+        index = output.find("{", end)
+    return found
 
 
 def wait_for(

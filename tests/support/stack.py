@@ -90,6 +90,7 @@ class Stack:
         log_level: str = "INFO",
         admin_token: str | None = None,
         token_policy: dict[str, Any] | None = None,
+        tokens: list[dict[str, Any]] | None = None,
     ) -> None:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -103,6 +104,7 @@ class Stack:
         self._credential_plane = credential_plane  # managed mode (docs/credentials.md)
         self._env = env or {}
         self._token_policy = token_policy or {}  # more keys of the stack's own token (budget)
+        self._tokens = tokens or []  # more principal_tokens entries, after the stack's own
         # admin.token (docs/configuration.md): the control helpers below then present it.
         self.admin_token = admin_token
         if admin_token is not None:
@@ -185,7 +187,8 @@ class Stack:
                     "principal_ref": PRINCIPAL_REF,
                     "token_hash_sha256": sha256_hex(self.token),
                     **self._token_policy,
-                }
+                },
+                *self._tokens,
             ],
             **self._openai,
         }
