@@ -13,6 +13,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path
+from django.utils.decorators import method_decorator
+from django.views.decorators.debug import sensitive_post_parameters
 
 from catalog.keyring import Keyring
 from catalog.models import CredentialSlot, Route, RouteSlot
@@ -22,6 +24,7 @@ from catalog.slots import (
     catalog_snapshot,
     check_bindings,
     check_id,
+    check_slot,
     create_route,
     keyring_path,
     load_keyring,
@@ -32,13 +35,16 @@ from catalog.slots import (
 
 
 class SlotForm(forms.ModelForm):
-    """The secret is a password field that is never rendered back (R-MGD-2)."""
+    """The secret is a password field that is never rendered back (R-MGD-2). Every value is
+    checked here, with ``iop_slot set``'s own rules, so a save never fails after the form:
+    a bad id, profile or secret is a form error, never a 500."""
 
     secret = forms.CharField(
         widget=forms.PasswordInput(render_value=False),
         required=False,
-        max_length=MAX_SECRET_BYTES,
-        help_text="Write-only: never shown again. Leave empty to keep the current secret.",
+        strip=False,  # check_slot drops surrounding whitespace, as iop_slot set does
+        help_text="Write-only: never shown again. Leave empty to keep the current secret. "
+        f"At most {MAX_SECRET_BYTES} bytes of UTF-8 text.",
     )
 
     class Meta:
@@ -47,18 +53,22 @@ class SlotForm(forms.ModelForm):
 
     def clean(self) -> dict:
         cleaned = super().clean()
+        if self.errors:  # the id or the profile already failed their field checks
+            return cleaned
         secret = cleaned.get("secret", "")
         if not self.instance.pk and not secret:
             raise forms.ValidationError("a new slot needs its secret")
         if secret:
+            slot_id = cleaned.get("key") or self.instance.key
+            profile = cleaned.get("profile") or self.instance.profile
             try:
                 snapshot = catalog_snapshot()
+                # Bounded before encoding: 4 bytes per character at most in UTF-8.
+                raw = secret[: MAX_SECRET_BYTES + 1].encode("utf-8", "surrogatepass")
+                check_slot(slot_id, profile, raw, snapshot)
                 self.keyring: Keyring = load_keyring(keyring_path(snapshot, None))
             except CredentialError as exc:
                 raise forms.ValidationError(str(exc)) from None
-            profile = cleaned.get("profile") or self.instance.profile
-            if snapshot.profile_family(profile) is None:
-                raise forms.ValidationError(f"unknown profile {profile!r}")
         return cleaned
 
 
@@ -67,6 +77,10 @@ class CredentialSlotAdmin(admin.ModelAdmin):
     form = SlotForm
     list_display = ("key", "profile", "credential_revision", "updated_at")
     search_fields = ("key", "profile")
+
+    @method_decorator(sensitive_post_parameters("secret"))  # never on a DEBUG error page
+    def changeform_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        return super().changeform_view(request, *args, **kwargs)
 
     def get_readonly_fields(self, request: HttpRequest, obj=None) -> tuple[str, ...]:
         # R-MGD-6: a slot keeps its profile; its id is bound into the sealed value.

@@ -4,3 +4,8 @@ from django.apps import AppConfig
 class CatalogConfig(AppConfig):
     name = "catalog"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from catalog import credential_signals
+
+        credential_signals.connect()

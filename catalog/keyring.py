@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 FORMAT = "v1"
 KEY_BYTES = 32
 NONCE_BYTES = 12
+TAG_BYTES = 16
 MAX_KEYRING_BYTES = 64 * 1024
 
 
@@ -32,7 +33,7 @@ class KeyringError(Exception):
 class Keyring:
     """Key id -> AES-256-GCM key; the last one seals."""
 
-    __slots__ = ("_keys", "newest")
+    __slots__ = ("_aead", "_keys", "newest")
 
     def __init__(self, keys: Mapping[str, bytes]) -> None:
         if not keys:
@@ -43,6 +44,7 @@ class Keyring:
                     f"keyring key {key_id!r} must be a 32-byte key under an id without ':'"
                 )
         self._keys = dict(keys)
+        self._aead = {key_id: AESGCM(key) for key_id, key in self._keys.items()}  # built once
         self.newest = next(reversed(self._keys))
 
     @property
@@ -82,7 +84,7 @@ class Keyring:
 
     def seal(self, plaintext: bytes, slot_id: str) -> str:
         nonce = os.urandom(NONCE_BYTES)
-        sealed = AESGCM(self._keys[self.newest]).encrypt(nonce, plaintext, slot_id.encode())
+        sealed = self._aead[self.newest].encrypt(nonce, plaintext, slot_id.encode())
         return f"{FORMAT}:{self.newest}:{base64.b64encode(nonce + sealed).decode()}"
 
     def open(self, token: str, slot_id: str) -> bytes:
@@ -95,13 +97,15 @@ class Keyring:
             raise KeyringError(f"slot {slot_id!r}: the sealed value is malformed")
         if version != FORMAT:
             raise KeyringError(f"slot {slot_id!r}: unknown sealed format {version!r}")
-        key = self._keys.get(key_id)
-        if key is None:
+        if len(blob) < NONCE_BYTES + TAG_BYTES:  # a corrupted row: not even a nonce and a tag
+            raise KeyringError(f"slot {slot_id!r}: the sealed value is malformed")
+        aead = self._aead.get(key_id)
+        if aead is None:
             raise KeyringError(
                 f"slot {slot_id!r} is sealed under key {key_id!r}, not in the keyring"
             )
         try:
-            return AESGCM(key).decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], slot_id.encode())
+            return aead.decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], slot_id.encode())
         except InvalidTag:
             raise KeyringError(
                 f"slot {slot_id!r}: the sealed value does not open (tampered or moved)"
@@ -118,12 +122,3 @@ class Keyring:
 
 def new_keyring(key_id: str) -> Keyring:
     return Keyring({key_id: secrets.token_bytes(KEY_BYTES)})
-
-
-def write_private(path: str | Path, text: str) -> None:
-    """Write a secret file readable by its owner only (0600), never wider even briefly."""
-    path = Path(path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.chmod(path, 0o600)

@@ -15,8 +15,9 @@ from django.db import transaction
 
 from catalog.config import ConfigError, EdgeSnapshot
 from catalog.documents import validate_catalog
-from catalog.keyring import Keyring, KeyringError, new_keyring, write_private
+from catalog.keyring import Keyring, KeyringError, new_keyring
 from catalog.models import CredentialSlot, Route, RouteSlot
+from secretref.keyfiles import PrivateFileError, create_private, replace_private
 
 ROUTE_KEY_PREFIX = "iop_route_"
 MAX_SECRET_BYTES = 16 * 1024
@@ -61,10 +62,10 @@ def check_id(kind: str, value: str) -> None:
         raise CredentialError(f"{kind} id {value!r} must be 1-100 letters, digits, '.', '_' or '-'")
 
 
-def set_slot(slot_id: str, profile: str, secret: bytes, keyring: Keyring) -> CredentialSlot:
-    """Create or replace a slot's secret; its credential revision goes up by one (R-MGD-2).
-
-    A slot's profile family is fixed once routes use it (R-MGD-6)."""
+def check_slot(slot_id: str, profile: str, secret: bytes, snapshot: EdgeSnapshot) -> bytes:
+    """Everything a slot save checks before it writes: the id, the secret (non-empty UTF-8
+    text of at most 16 KiB once surrounding whitespace is dropped) and the profile. Returns
+    the secret as stored; ``CredentialError`` names what is wrong, never the secret."""
     check_id("slot", slot_id)
     secret = secret.strip()
     if not secret:
@@ -74,11 +75,22 @@ def set_slot(slot_id: str, profile: str, secret: bytes, keyring: Keyring) -> Cre
     except UnicodeDecodeError:
         raise CredentialError(f"slot {slot_id!r}: the secret is not UTF-8 text") from None
     if len(secret) > MAX_SECRET_BYTES:
-        raise CredentialError(f"slot {slot_id!r}: the secret is larger than {MAX_SECRET_BYTES}")
-    snapshot = catalog_snapshot()
-    family = snapshot.profile_family(profile)
-    if family is None:
+        raise CredentialError(
+            f"slot {slot_id!r}: the secret is larger than {MAX_SECRET_BYTES} bytes (UTF-8)"
+        )
+    if snapshot.profile_family(profile) is None:
         raise CredentialError(f"slot {slot_id!r}: unknown profile {profile!r}")
+    return secret
+
+
+def set_slot(slot_id: str, profile: str, secret: bytes, keyring: Keyring) -> CredentialSlot:
+    """Create or replace a slot's secret; its credential revision goes up by one (R-MGD-2).
+
+    A slot's profile family is fixed once routes use it (R-MGD-6)."""
+    check_id("slot", slot_id)
+    snapshot = catalog_snapshot()
+    secret = check_slot(slot_id, profile, secret, snapshot)
+    family = snapshot.profile_family(profile)
     with transaction.atomic():
         slot = CredentialSlot.objects.select_for_update().filter(key=slot_id).first()
         if slot is None:
@@ -97,19 +109,22 @@ def set_slot(slot_id: str, profile: str, secret: bytes, keyring: Keyring) -> Cre
 
 def init_keyring(path: str, key_id: str) -> None:
     """A new keyring file with one key, 0600; an existing file is never overwritten."""
-    if Path(path).exists():
-        raise CredentialError(f"{path} exists; use iop_keyring rotate to add a key")
+    exists = CredentialError(f"{path} exists; use iop_keyring rotate to add a key")
+    if Path(path).exists() or Path(path).is_symlink():
+        raise exists
     try:
-        write_private(path, new_keyring(key_id).dump())
-    except (KeyringError, OSError) as exc:
+        create_private(path, new_keyring(key_id).dump().encode())
+    except (KeyringError, PrivateFileError) as exc:
         raise CredentialError(f"cannot write the keyring {path}: {exc}") from None
 
 
 def rotate_keyring(path: str, key_id: str) -> int:
     """Add a key (the newest) and re-seal every slot with it in one transaction (R-MGD-2).
 
-    The file is written first, holding every old key too: if re-sealing fails, the slots
-    still open with the key they were sealed under. Returns how many slots were re-sealed."""
+    The file is written first, holding every old key too, and replaced whole (R-MGD-8: a
+    crash or a full disk leaves the old file or the new one, never a part): if re-sealing
+    fails, the slots still open with the key they were sealed under. Returns how many slots
+    were re-sealed."""
     keyring = load_keyring(path)
     try:
         rotated = keyring.with_new_key(key_id)
@@ -123,7 +138,10 @@ def rotate_keyring(path: str, key_id: str) -> int:
                 opened.append((slot, rotated.open(slot.sealed, slot.key)))
             except KeyringError as exc:
                 raise CredentialError(f"nothing rotated: {exc}") from None
-        write_private(path, rotated.dump())
+        try:
+            replace_private(path, rotated.dump().encode())
+        except PrivateFileError as exc:
+            raise CredentialError(f"nothing rotated: {exc}") from None
         for slot, secret in opened:
             slot.sealed = rotated.seal(secret, slot.key)
             slot.save(update_fields=["sealed", "updated_at"])

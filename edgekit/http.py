@@ -55,6 +55,56 @@ def is_loopback_peer(scope: Mapping[str, Any]) -> bool:
         return False
 
 
+# R-CTL-1: the bodies a control request may carry; a web page can send none of them cross-origin
+# without a CORS preflight, which the control listener never answers.
+CONTROL_CONTENT_TYPES = frozenset(
+    {"application/yaml", "application/x-yaml", "text/yaml", "application/json"}
+)
+
+
+def _refresh_type_body() -> dict[str, Any]:
+    return error_body(
+        "unsupported_media_type",
+        "POST /refresh takes Content-Type application/yaml, application/x-yaml, text/yaml or "
+        "application/json",
+    )
+
+
+def content_type(headers: HeaderList) -> str:
+    """The media type of the Content-Type header, lower-case, without parameters ("" if none)."""
+    value = header(headers, b"content-type")
+    return "" if value is None else value.decode("latin-1").split(";")[0].strip().lower()
+
+
+def browser_refusal(scope: Mapping[str, Any]) -> str | None:
+    """R-CTL-1: why a request looks like one a web page sent, else None.
+
+    A browser puts ``Origin`` on every cross-origin POST and on fetches; a page reached by DNS
+    rebinding sends its own name as ``Host``. Neither is ever needed by ``curl`` or a script
+    on the machine, so both are refused outright."""
+    headers = scope.get("headers") or ()
+    if header(headers, b"origin") is not None:
+        return "a request with an Origin header (a web page) is refused"
+    host = header(headers, b"host")
+    if host is not None and not _own_host(host.decode("latin-1").strip().lower(), scope):
+        return "the Host header names neither this listener nor localhost"
+    return None
+
+
+def _own_host(value: str, scope: Mapping[str, Any]) -> bool:
+    """``value`` is ``localhost`` or the listener's own address, with no port or its own."""
+    if value.startswith("["):  # [v6]:port
+        name, _, rest = value[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else (None if not rest else "?")
+    else:
+        name, sep, port_text = value.rpartition(":")
+        name, port = (name, port_text) if sep else (value, None)
+    server = scope.get("server") or (None, None)
+    if port is not None and port != str(server[1]):
+        return False
+    return name == "localhost" or (server[0] is not None and name == str(server[0]).lower())
+
+
 def error_body(
     code: str, message: str, *, type: str = "invalid_request_error", param: str | None = None
 ) -> dict[str, Any]:
@@ -120,3 +170,6 @@ def header(headers: HeaderList, name: bytes) -> bytes | None:
         if key.lower() == name:
             return value
     return None
+
+
+UNSUPPORTED_REFRESH_BODY = _refresh_type_body()  # R-CTL-1: the 415 of POST /refresh

@@ -31,6 +31,8 @@ class RunningEdge(Protocol):
 
     def pool_status(self) -> dict[str, Any]: ...
 
+    def credentials_changed(self) -> None: ...
+
 
 class EdgeNotRunning(RuntimeError):
     """No Edge runtime runs in this process."""

@@ -3,9 +3,10 @@
 Loopback only, and only the socket peer counts: a forwarded-for header never makes a request
 local. The config key keeps its name ``admin.listen`` (it is the contract); in code this
 listener is the *control* listener, so it is never confused with the Django admin.
-When ``admin.token`` is set, every request must also present it as a bearer token
-(docs/configuration.md, "admin"): loopback alone does not tell the operator from another
-local process.
+A request a web page could send (an ``Origin`` header, a foreign ``Host``) is refused
+(R-CTL-1, docs/refresh.md). When ``admin.token`` is set, every request must also present it
+as a bearer token (docs/configuration.md, "admin"): loopback alone does not tell the operator
+from another local process.
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ import logging
 from typing import Any
 
 from catalog.config.secrets import SecretUnavailableError
-from edgekit.http import error_body, is_loopback_peer, presented_bearer, send_json
+from edgekit.http import (
+    browser_refusal,
+    error_body,
+    is_loopback_peer,
+    presented_bearer,
+    send_json,
+)
 from iop_site.control_refresh import handle_refresh
 from iop_site.runtime import EdgeRuntime
 from pool.http.metrics import metrics_response
@@ -37,6 +44,10 @@ class ControlApp:
             await send_json(
                 send, 403, error_body("forbidden", "the admin listener is loopback only")
             )
+            return
+        refusal = browser_refusal(scope)  # R-CTL-1: before the token and before any body
+        if refusal is not None:
+            await send_json(send, 403, error_body("forbidden", refusal))
             return
         if not self._authorized(scope):
             await send_json(send, 401, UNAUTHORIZED, [(b"www-authenticate", b"Bearer")])

@@ -4,7 +4,9 @@ The HTTP half only: read and parse the request, then call ``refresh.services`` o
 with its report.
 
 Body: ``{"mode": "dry_run"|"apply"|"stage", "config": {...}, "parent": <revision id, optional>}`` as
-JSON, or the config document itself as YAML/JSON text with ``?mode=`` (and ``?parent=``).
+JSON, or the config document itself as YAML/JSON text with ``?mode=`` (and ``?parent=``); the
+Content-Type must say which (R-CTL-1: a form or text/plain body, what a web page can send
+without a preflight, is refused with 415 before the body is read).
 Only the socket peer address counts; a forwarded-for header never makes a request local.
 """
 
@@ -18,9 +20,12 @@ from asgiref.sync import sync_to_async
 
 from catalog.config import ConfigError, parse_text
 from edgekit.http import (
+    CONTROL_CONTENT_TYPES,
+    UNSUPPORTED_REFRESH_BODY,
     BadContentLength,
     BodyTooLarge,
     ClientGone,
+    content_type,
     error_body,
     header,
     is_loopback_peer,
@@ -54,6 +59,9 @@ async def handle_refresh(
         await send_json(
             send, 405, error_body("method_not_allowed", "use POST"), [(b"allow", b"POST")]
         )
+        return
+    if content_type(scope.get("headers", ())) not in CONTROL_CONTENT_TYPES:  # R-CTL-1
+        await send_json(send, 415, UNSUPPORTED_REFRESH_BODY)
         return
     query = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
     mode = query.get("mode", "")
@@ -104,17 +112,12 @@ async def _read_body(scope: dict[str, Any], receive: Any) -> bytes:
         raise BadRequest("Content-Length is not a number") from None
 
 
-def _content_type(scope: dict[str, Any]) -> str:
-    value = header(scope.get("headers", ()), b"content-type")
-    return "" if value is None else value.decode("latin-1").split(";")[0].strip().lower()
-
-
 def _parse(
     scope: dict[str, Any], body: bytes, query: dict[str, str]
 ) -> tuple[str, Any, int | None]:
     """(mode, document, parent) from a JSON envelope or a bare YAML/JSON document."""
     mode, parent = query.get("mode"), query.get("parent")
-    if _content_type(scope) == "application/json":
+    if content_type(scope.get("headers", ())) == "application/json":
         try:
             envelope = json.loads(body)
         except (ValueError, UnicodeDecodeError, RecursionError):  # R-IN-3

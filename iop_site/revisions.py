@@ -12,7 +12,6 @@ Edge keeps what it runs and says, once, that it needs a restart.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from channels.db import database_sync_to_async
 
 from catalog.config import ConfigError, EdgeSnapshot, load_snapshot
+from iop_site.companion import TaskCompanion
 from refresh.models import ConfigRevision
 from refresh.report import diff_report
 
@@ -58,9 +58,11 @@ def find_newer(seen: int | None, running: dict[str, Any]) -> Found | None:
     return Found(active, snapshot)
 
 
-class RevisionWatcher:
+class RevisionWatcher(TaskCompanion):
     """Polls the active revision id and installs a newer one on the runtime (a companion of
     the runtime in scale-out mode: iop_site.scale)."""
+
+    task_name = "revision-watcher"
 
     def __init__(
         self,
@@ -69,23 +71,12 @@ class RevisionWatcher:
         poll_s: float,
         find: Callable[[int | None, dict[str, Any]], Awaitable[Found | None]] | None = None,
     ) -> None:
+        super().__init__()
         self.runtime = runtime
         self.poll_s = poll_s
         self._find = find or database_sync_to_async(find_newer)
-        self._task: asyncio.Task[None] | None = None
         self._refused: int | None = None  # the revision already reported as not installable
         self.followed = 0  # revisions installed from another Edge (for tests and the log)
-
-    async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="revision-watcher")
-
-    async def aclose(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     async def _run(self) -> None:
         while True:

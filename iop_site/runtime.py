@@ -22,6 +22,7 @@ from iop_site.health import HealthWatch
 from nodes.hub import NodeHub
 from pool.engine import PoolEngine, ProviderPool
 from pool.gate.counters import GateCounts
+from pool.http.managed import ManagedKeys
 from pool.metering import UsageMeter
 from pool.policy import policy_from_snapshot
 
@@ -41,8 +42,11 @@ class EdgeRuntime:
         heartbeat_interval_s: float = 15.0,
         heartbeat_timeout_s: float = 45.0,
         loop_lag_interval_s: float = INTERVAL_S,
+        managed_keys: ManagedKeys | None = None,
     ) -> None:
         self._snapshot = snapshot
+        # Managed mode: the key files read once at start and the route table (R-MGD-7, 12).
+        self.managed_keys = managed_keys
         self.revision = revision  # the active revision this Edge runs (None: not from one)
         self.started_at = time.time()
         self.pool: PoolEngine = (
@@ -106,7 +110,15 @@ class EdgeRuntime:
         status["gate"] = self.gate.by_provider()  # Stream Evidence Gate counts (R-SEG-6)
         status["ttft"] = self.meter.latency.window.percentiles()  # R-OBS-3: last minutes
         status["revision"] = self.revision  # which revision this Edge runs (R-SCALE-3)
+        if self.managed_keys is not None:  # which route table requests use (R-MGD-12)
+            status["credential_table"] = self.managed_keys.table.status()
         return status
+
+    def credentials_changed(self) -> None:
+        """Routes or slots were saved in this process (the admin, a command run in process):
+        rebuild the route table now (synchronous; called after the commit, off the loop)."""
+        if self.managed_keys is not None:
+            self.managed_keys.refresh()
 
     def relay_status(self) -> dict[str, int]:
         """Run output received from Nodes and not yet taken by clients (R-IN-5)."""

@@ -101,8 +101,14 @@ def check_edge_id_free(scale: ScaleSettings, edge_id: str) -> None:
     try:
         taken = client.exists(alive_key(scale, edge_id))
     except redis.RedisError as exc:
+        why = type(exc).__name__
+        if "CERTIFICATE_VERIFY_FAILED" in str(exc):  # rediss:// (docs/scale-out.md)
+            why = (
+                "TLS: certificate verify failed; name the CA that signed the server's "
+                "certificate with ?ssl_ca_certs=FILE in IOP_REDIS_URL"
+            )
         raise ScaleOutRefused(
-            f"scale-out: Redis at IOP_REDIS_URL does not answer ({type(exc).__name__})"
+            f"scale-out: Redis at IOP_REDIS_URL does not answer ({why})"
         ) from None
     finally:
         client.close()

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from catalog.config import EdgeSnapshot
 from nodes import wire
 from obskit.otel import TracingConfigError, start_tracing
+
+if TYPE_CHECKING:
+    from iop_site.tls import Endpoints, Listener
+    from pool.http.managed import ManagedKeys
 
 log = logging.getLogger("iop.edge")
 
@@ -51,28 +57,50 @@ class StartError(RuntimeError):
         self.failures = failures
 
 
+def ports_in_use(listeners: list[Listener]) -> list[str]:
+    """The listen addresses another socket holds now: checked before the start activates its
+    revision (R-CFG-14); daphne binds them for real a moment later."""
+    busy = []
+    for listener in listeners:
+        host = listener.listen.host.strip("[]")
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Twisted binds
+            try:
+                probe.bind((host, listener.listen.port))
+            except OSError as exc:
+                busy.append(f"{listener.role}.listen {listener.listen}: {exc.strerror}")
+    return busy
+
+
 def serve(
     snapshot: EdgeSnapshot,
     *,
     revision: int | None = None,
     edge_id: str = "edge",
+    endpoints: Endpoints | None = None,
+    managed_keys: ManagedKeys | None = None,
     on_ready: Callable[[], None] | None = None,
 ) -> None:
     """Run until SIGINT/SIGTERM, then drain. daphne.server must be imported before the reactor.
     Raises ``TLSFileError`` before listening when a TLS file cannot be used (R-TLS-1), and
-    ``ScaleOutRefused`` when scale-out is set but cannot run (iop_site.scale)."""
+    ``ScaleOutRefused`` when scale-out is set but cannot run (iop_site.scale). ``managed_keys``:
+    the managed key files, read once at start (R-MGD-7)."""
     import daphne.server  # noqa: F401  (installs the asyncio reactor first)
 
     from iop_site.tls import Endpoints, listeners
 
-    endpoints = Endpoints(listeners(snapshot))
+    if endpoints is None:
+        endpoints = Endpoints(listeners(snapshot))
     endpoints.install()
 
     _tune_daphne()
     from iop_site import twisted_guards
 
     twisted_guards.install(
-        max_body_bytes=snapshot.max_request_bytes, header_timeout_s=snapshot.header_timeout_s
+        max_body_bytes=snapshot.max_request_bytes,
+        header_timeout_s=snapshot.header_timeout_s,
+        control_port=snapshot.admin_listen.port,
     )
 
     from django.conf import settings
@@ -99,8 +127,14 @@ def serve(
         clock=clock,
         heartbeat_interval_s=settings.IOP_NODE_HEARTBEAT_INTERVAL_S,
         heartbeat_timeout_s=settings.IOP_NODE_HEARTBEAT_TIMEOUT_S,
+        managed_keys=managed_keys,
     )
     runtime.companions = scale.companions(runtime, scale=settings.IOP_SCALE, edge_id=edge_id)
+    if managed_keys is not None:  # R-MGD-12: the route table follows other processes' changes
+        from iop_site.credential_watch import CredentialWatcher
+
+        poll_s = settings.IOP_SCALE.revision_poll_s
+        runtime.companions.append(CredentialWatcher(managed_keys, poll_s=poll_s))
     try:  # R-OBS-2: only when OTEL_* asks for traces; otherwise nothing of the SDK loads
         runtime.tracing = start_tracing("iop-edge")
     except TracingConfigError as exc:

@@ -126,6 +126,7 @@ class Endpoints:
     _ids = itertools.count(1)
 
     def __init__(self, listeners: list[Listener]) -> None:
+        self.listeners = listeners
         self.descriptions: list[str] = []
         self._tls: dict[str, tuple[Listener, Any]] = {}
         for listener in listeners:

@@ -5,6 +5,9 @@
   before authentication, on every HTTP listener of the process.
 - R-IN-5: a connection that has not sent complete request headers within the header
   deadline is closed (Twisted's idle timeout restarts on every byte, so it cannot do this).
+- R-CTL-1: on the control listener, a request a web page could send (an ``Origin`` header, a
+  foreign ``Host``, a ``POST /refresh`` that is not YAML or JSON) is answered 403 / 415 as
+  soon as its headers are in, before its body is read (``edgekit.http``'s rules).
 - R-IN-5: the channel's write side is exposed to the app as a ``WriteFlow`` (paused while
   the socket's write buffer is full), so the relay can stop pulling from the Node.
 
@@ -17,11 +20,19 @@ See docs/architecture.md ("Hostile clients").
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any
 
 from twisted.web import http
 
+from edgekit.http import (
+    CONTROL_CONTENT_TYPES,
+    UNSUPPORTED_REFRESH_BODY,
+    browser_refusal,
+    content_type,
+    error_body,
+)
 from obskit.context import request_id_from
 from pool.http.errors import HttpError, error_json
 from pool.http.relay import WRITE_FLOW
@@ -68,6 +79,7 @@ class GuardedChannel(http.HTTPChannel):  # type: ignore[misc]
 
     max_body_bytes = 8 * 1024 * 1024  # set by ``install``
     header_timeout_s = 15.0
+    control_port: int | None = None  # the control listener's port (R-CTL-1), by ``install``
     _iop_deadline: Any = None
     _iop_refused = False
     _iop_flow: WriteFlow | None = None
@@ -90,7 +102,36 @@ class GuardedChannel(http.HTTPChannel):  # type: ignore[misc]
         if self.length is not None and self.length > self.max_body_bytes:
             self.refuse_body()  # R-IN-1: from the declared length, before any body byte
             return
+        if self.control_port is not None and self._iop_control_refusal():
+            return  # R-CTL-1: a browser-shaped control request, answered before its body
         super().allHeadersReceived()
+
+    def _iop_control_refusal(self) -> bool:
+        """On the control listener, refuse what a web page could send (R-CTL-1) as soon as
+        the headers are in: the body is never read. The ASGI app checks the same again."""
+        host = self.transport.getHost() if self.transport is not None else None
+        if host is None or getattr(host, "port", None) != self.control_port:
+            return False
+        request = self.requests[-1]
+        scope = {
+            "headers": [
+                (name.lower(), value)
+                for name, values in request.requestHeaders.getAllRawHeaders()
+                for value in values
+            ],
+            "server": (host.host, host.port),
+        }
+        refusal = browser_refusal(scope)
+        if refusal is not None:
+            self._iop_answer(b"403 Forbidden", error_body("forbidden", refusal))
+            return True
+        path = (getattr(self, "_path", b"") or b"").split(b"?", 1)[0]
+        command = getattr(self, "_command", b"")
+        refresh = command == b"POST" and path == b"/refresh"
+        if refresh and content_type(scope["headers"]) not in CONTROL_CONTENT_TYPES:
+            self._iop_answer(b"415 Unsupported Media Type", UNSUPPORTED_REFRESH_BODY)
+            return True
+        return False
 
     def rawDataReceived(self, data: bytes) -> None:
         if not self._iop_refused:
@@ -124,16 +165,22 @@ class GuardedChannel(http.HTTPChannel):  # type: ignore[misc]
 
     def refuse_body(self) -> None:
         """Answer 413 in the caller's error shape and close, reading nothing more into memory."""
-        if self._iop_refused or self.transport is None:
-            return
-        self._iop_refused = True
         path = getattr(self, "_path", b"") or b""
         err = HttpError(
             "request_too_large", f"the request body exceeds {self.max_body_bytes} bytes"
         )
         body = error_json(err, anthropic=path.startswith(b"/v1/messages"))
+        self._iop_answer(b"413 Request Entity Too Large", body)
+
+    def _iop_answer(self, status: bytes, body: bytes | dict[str, Any]) -> None:
+        """Answer ``status`` with a JSON body and close, discarding what the client sends."""
+        if self._iop_refused or self.transport is None:
+            return
+        self._iop_refused = True
+        if isinstance(body, dict):
+            body = json.dumps(body, sort_keys=True).encode()
         self.transport.write(
-            b"HTTP/1.1 413 Request Entity Too Large\r\n"
+            b"HTTP/1.1 " + status + b"\r\n"
             b"Content-Type: application/json\r\n"
             b"X-Request-Id: " + self._iop_request_id().encode() + b"\r\n"
             b"Content-Length: " + str(len(body)).encode() + b"\r\n"
@@ -203,12 +250,15 @@ def _guarded_protocol(factory: Any) -> Any:
     return http._GenericHTTPChannelProtocol(GuardedChannel())
 
 
-def install(*, max_body_bytes: int, header_timeout_s: float) -> None:
+def install(
+    *, max_body_bytes: int, header_timeout_s: float, control_port: int | None = None
+) -> None:
     """Make daphne build guarded channels and requests; safe to call again (new limits)."""
     from daphne import http_protocol
 
     GuardedChannel.max_body_bytes = max_body_bytes
     GuardedChannel.header_timeout_s = header_timeout_s
+    GuardedChannel.control_port = control_port
     if not getattr(http_protocol.WebRequest, "iop_guarded", False):
         # looked up by daphne's HTTPFactory.buildProtocol as a module global
         http_protocol.WebRequest = _guarded_request(http_protocol.WebRequest)

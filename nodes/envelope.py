@@ -14,7 +14,7 @@ import base64
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +103,9 @@ class Binding:
     generation: int
 
 
+BINDING_FIELDS = Binding.__slots__
+
+
 def b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode()
 
@@ -128,6 +131,42 @@ def raw_public(key: X25519PublicKey) -> bytes:
     return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
+class SharedKey:
+    """An ephemeral X25519 key agreed with one recipient: its public half (``epk``) and the
+    AEAD under the derived key. Reused for a bounded number of envelopes and time
+    (``EphemeralKeys``): the two X25519 operations and HKDF were most of an envelope's cost,
+    and the Node derives the key from ``epk`` either way (docs/credentials.md, "Choices")."""
+
+    __slots__ = ("aead", "epk", "expires", "uses_left")
+
+    def __init__(self, recipient: X25519PublicKey, *, expires: float, uses: int) -> None:
+        ephemeral = X25519PrivateKey.generate()
+        self.epk = raw_public(ephemeral.public_key())
+        key = derive_key(ephemeral.exchange(recipient), self.epk, raw_public(recipient))
+        self.aead = ChaCha20Poly1305(key)
+        self.expires = expires
+        self.uses_left = uses
+
+
+class EphemeralKeys:
+    """One ``SharedKey`` per recipient key id, replaced after ``max_uses`` envelopes or
+    ``max_age_s`` seconds, whichever comes first. Random 96-bit nonces stay far from a
+    collision at these counts."""
+
+    def __init__(self, *, max_uses: int = 65536, max_age_s: float = 60.0) -> None:
+        self.max_uses = max_uses
+        self.max_age_s = max_age_s
+        self._keys: dict[str, SharedKey] = {}
+
+    def for_recipient(self, key_id: str, recipient: X25519PublicKey, now: float) -> SharedKey:
+        shared = self._keys.get(key_id)
+        if shared is None or shared.uses_left <= 0 or now >= shared.expires:
+            shared = SharedKey(recipient, expires=now + self.max_age_s, uses=self.max_uses)
+            self._keys[key_id] = shared
+        shared.uses_left -= 1
+        return shared
+
+
 def issue(
     secret: bytes,
     binding: Binding,
@@ -138,22 +177,23 @@ def issue(
     issuer: Ed25519PrivateKey,
     now: float,
     ttl_s: float = DEFAULT_TTL_S,
+    shared: SharedKey | None = None,
 ) -> dict[str, Any]:
-    """A sealed, signed envelope (JSON-able) carrying ``secret`` for ``binding`` only."""
-    ephemeral = X25519PrivateKey.generate()
-    epk = raw_public(ephemeral.public_key())
-    key = derive_key(ephemeral.exchange(recipient), epk, raw_public(recipient))
+    """A sealed, signed envelope (JSON-able) carrying ``secret`` for ``binding`` only;
+    ``shared``: a key agreed with this recipient already (else a fresh one)."""
+    if shared is None:
+        shared = SharedKey(recipient, expires=now, uses=1)
     header: dict[str, Any] = {
         "v": VERSION,
         "id": b64(os.urandom(16)),
         "issuer": issuer_key_id,
         "recipient": recipient_key_id,
         "expires_at": int(now + ttl_s),
-        "epk": b64(epk),
-        **asdict(binding),
+        "epk": b64(shared.epk),
+        **{name: getattr(binding, name) for name in BINDING_FIELDS},  # asdict deep-copies
     }
     nonce = os.urandom(NONCE_BYTES)
     body = {**header, "nonce": b64(nonce)}
-    body["ct"] = b64(ChaCha20Poly1305(key).encrypt(nonce, secret, canonical(header)))
+    body["ct"] = b64(shared.aead.encrypt(nonce, secret, canonical(header)))
     body["sig"] = b64(issuer.sign(canonical(body)))
     return body

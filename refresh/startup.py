@@ -4,12 +4,19 @@ Order at start: a revision staged for restart becomes active (when it was built 
 one); then ``runedge --config FILE`` makes FILE the active revision when its canonical document
 differs (config as code); with nothing active and no file, the catalog (or, when the catalog is
 empty, ``settings.IOP_CONFIG_FILE``) becomes the first revision.
+
+R-CFG-14: all of it happens in one transaction that also runs the start's own checks on the
+snapshot it would start with; a check that refuses the start rolls every write back, so a
+refused configuration is never recorded or activated, and "is now active" is logged only
+after the commit.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from django.conf import settings
 from django.db import transaction
@@ -20,6 +27,7 @@ from refresh.report import diff_report, error_report
 
 log = logging.getLogger("iop.refresh")
 Source = ConfigRevision.Source
+Checked = TypeVar("Checked")
 
 
 def startup_snapshot(config_file: str | None) -> EdgeSnapshot:
@@ -29,25 +37,35 @@ def startup_snapshot(config_file: str | None) -> EdgeSnapshot:
 
 def startup_revision(config_file: str | None) -> tuple[EdgeSnapshot, int]:
     """The snapshot to start with and the id of its (now active) revision."""
+    return checked_start(config_file, lambda snapshot: snapshot)
+
+
+def checked_start(
+    config_file: str | None, check: Callable[[EdgeSnapshot], Checked]
+) -> tuple[Checked, int]:
+    """``check``'s result for the snapshot to start with, and the id of its (now active)
+    revision. ``check`` raises to refuse the start: then nothing is recorded (R-CFG-14)."""
+    promoted: list[str] = []
     with transaction.atomic():
         active = active_for_change()
-        active = activate_staged(active)
+        active = activate_staged(active, promoted)
         if config_file:
             snapshot = load_file(config_file)
             if active is None or active.digest != snapshot.digest:
-                active = _activate(
-                    snapshot, active, Source.CONFIG_FILE, f"runedge --config {config_file}"
-                )
+                label = f"runedge --config {config_file}"
+                active = _activate(snapshot, active, Source.CONFIG_FILE, label, promoted)
         elif active is None:
             snapshot, source, label = _first_config()
-            active = _activate(snapshot, None, source, label)
-        running = load_snapshot(active.document)
+            active = _activate(snapshot, None, source, label, promoted)
+        checked = check(load_snapshot(active.document))
         _seed_catalog(active)  # under the lock: two Edges starting at once seed it once
+    for line in promoted:
+        log.info("%s", line)
     log.info("starting with revision %s", active.pk)
-    return running, active.pk
+    return checked, active.pk
 
 
-def activate_staged(active: ConfigRevision | None) -> ConfigRevision | None:
+def activate_staged(active: ConfigRevision | None, promoted: list[str]) -> ConfigRevision | None:
     """Make the newest staged revision active if it still fits; refuse it otherwise."""
     staged = ConfigRevision.objects.filter(state=ConfigRevision.State.STAGED).order_by("-id")
     revision = staged.first()
@@ -76,11 +94,15 @@ def activate_staged(active: ConfigRevision | None) -> ConfigRevision | None:
         ).as_dict()
         revision.save(update_fields=["state", "report"])
         return active
-    return _promote(revision, snapshot, active, "runedge (staged revision)")
+    return _promote(revision, snapshot, active, "runedge (staged revision)", promoted)
 
 
 def _activate(
-    snapshot: EdgeSnapshot, active: ConfigRevision | None, source: str, label: str
+    snapshot: EdgeSnapshot,
+    active: ConfigRevision | None,
+    source: str,
+    label: str,
+    promoted: list[str],
 ) -> ConfigRevision:
     revision = ConfigRevision.objects.create(
         document=snapshot.document,
@@ -89,13 +111,18 @@ def _activate(
         source=source,
         author_label=label,
     )
-    return _promote(revision, snapshot, active, label)
+    return _promote(revision, snapshot, active, label, promoted)
 
 
 def _promote(
-    revision: ConfigRevision, snapshot: EdgeSnapshot, active: ConfigRevision | None, label: str
+    revision: ConfigRevision,
+    snapshot: EdgeSnapshot,
+    active: ConfigRevision | None,
+    label: str,
+    promoted: list[str],
 ) -> ConfigRevision:
-    """Make ``revision`` the active one (the Edge has not started yet: nothing to push)."""
+    """Make ``revision`` the active one (the Edge has not started yet: nothing to push); the
+    line saying so is ``promoted``'s, logged once the start's checks passed."""
     report = diff_report(
         active.document if active else None, snapshot.document, mode="startup", outcome="applied"
     )
@@ -104,7 +131,7 @@ def _promote(
         applied=True, revision=revision.pk, parent=revision.parent_id, active=revision.pk
     ).as_dict()
     revision.save()
-    log.info("revision %s is now active (%s)", revision.pk, label)
+    promoted.append(f"revision {revision.pk} is now active ({label})")
     return revision
 
 

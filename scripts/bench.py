@@ -261,7 +261,8 @@ def main() -> int:
     parser.add_argument(
         "--suite",
         action="append",
-        help="only these suites (repeatable); 'limits' names the per-token cell",
+        help="only these suites (repeatable); 'limits' names the per-token cell, 'managed' "
+        "the managed-mode cell",
     )
     parser.add_argument(
         "--translated",

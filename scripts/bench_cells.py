@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 # Modules whose import registers more suites or checks (each one: scripts/<name>.py).
 SUITE_MODULES: tuple[str, ...] = (
-    "bench_tls", "bench_limits", "bench_gate", "bench_scale", "bench_tracing", "bench_peers",
-    "bench_streams",
+    "bench_tls", "bench_limits", "bench_managed", "bench_gate", "bench_scale", "bench_tracing",
+    "bench_peers", "bench_streams",
 )  # fmt: skip
 BODIES = {
     "json": {"model": "bench", "messages": [{"role": "user", "content": "ping"}]},

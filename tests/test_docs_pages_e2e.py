@@ -147,6 +147,13 @@ def test_credentials_page_sets_up_managed_mode_on_two_machines_as_written(
         route = page.run("slot-and-route", edge)
         key = printed(route, "key")
         wait_for(lambda: online(pool(admin_port), "glm-general"), READY_TIMEOUT_S, "gpu-1")
+        # The commands ran as their own processes: the Edge's route table takes them at its
+        # next version poll (docs/credentials.md, "Live changes and rotation").
+        wait_for(
+            lambda: pool(admin_port)["credential_table"]["routes"] == 1,
+            READY_TIMEOUT_S,
+            "the route in the Edge's route table",
+        )
 
         verify = ssl.create_default_context(cafile=str(pki / "ca.crt"))
         base = f"https://localhost:{openai_port}/v1"

@@ -8,7 +8,8 @@ import stat
 
 import pytest
 
-from catalog.keyring import Keyring, KeyringError, new_keyring, write_private
+from catalog.keyring import Keyring, KeyringError, new_keyring
+from secretref.keyfiles import create_private
 
 SECRET = b"sk-canary-keyring-51c2"
 
@@ -61,7 +62,7 @@ def test_a_sealed_value_shorter_than_its_nonce_is_malformed_not_a_crash() -> Non
 def test_the_keyring_file_round_trips_and_is_private(tmp_path) -> None:
     path = tmp_path / "keyring.json"
     ring = new_keyring("k1").with_new_key("k2")
-    write_private(path, ring.dump())
+    create_private(path, ring.dump().encode())
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     loaded = Keyring.load(path)
     assert loaded.key_ids == ("k1", "k2") and loaded.newest == "k2"

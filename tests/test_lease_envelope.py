@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from nodes.agent.envelope import CLOCK_SKEW_S, EnvelopeOpener, EnvelopeRefused
-from nodes.envelope import Binding, b64, issue, unb64
+from nodes.envelope import Binding, EphemeralKeys, b64, issue, unb64
 from tests.support.clock import Clock
 
 SECRET = b"sk-canary-7f3a9c"
@@ -161,6 +161,35 @@ def test_the_replay_cache_is_bounded_and_forgets_only_expired_ids(keys) -> None:
     mono.now += 61 + CLOCK_SKEW_S
     later = NOW + 61 + CLOCK_SKEW_S
     assert open_(node, make(keys, runs[2], now=later), runs[2], later) == SECRET
+
+
+def test_a_reused_key_agreement_opens_each_envelope_once_and_is_renewed_r_mgd_12(keys):
+    """R-MGD-12 (the envelope's cost): the Edge reuses one ephemeral key per Node for a
+    bounded count and time; each envelope still has its own id and nonce, opens on the
+    Node, and a replay of any of them is refused; past the bound a new key is agreed."""
+    ephemeral = EphemeralKeys(max_uses=2, max_age_s=30)
+    recipient = keys["recipient"].public_key()
+    node = opener(keys)
+    envelopes = []
+    for i, now in enumerate((NOW, NOW + 1, NOW + 2, NOW + 40)):
+        binding = dataclasses.replace(BINDING, run_id=f"r{i}")
+        envelope = issue(
+            SECRET,
+            binding,
+            recipient_key_id="node-a-1",
+            recipient=recipient,
+            issuer_key_id="iss-1",
+            issuer=keys["issuer"],
+            now=now,
+            shared=ephemeral.for_recipient("node-a-1", recipient, now),
+        )
+        assert open_(node, envelope, binding, now) == SECRET
+        with pytest.raises(EnvelopeRefused):
+            open_(node, envelope, binding, now)
+        envelopes.append(envelope)
+    epks = [e["epk"] for e in envelopes]
+    assert epks[0] == epks[1] != epks[2] != epks[3]  # two uses, then a new key; then age
+    assert len({e["nonce"] for e in envelopes}) == len({e["id"] for e in envelopes}) == 4
 
 
 def test_a_wall_clock_step_forward_then_back_never_reopens_a_used_envelope(keys) -> None:

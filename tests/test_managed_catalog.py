@@ -297,6 +297,38 @@ def test_iop_route_rotate_prints_the_new_key_once_r_mgd_3(keyring_file):
         call_command("iop_route", "rotate", "nope", stdout=io.StringIO())
 
 
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        ({"key": "bad id!", "profile": "glm", "secret": SECRET}, "slot id 'bad id!' must be"),
+        ({"key": "", "profile": "glm", "secret": SECRET}, "This field is required"),
+        ({"key": "k" * 101, "profile": "glm", "secret": SECRET}, "at most 100 characters"),
+        ({"key": "web", "profile": "nope", "secret": SECRET}, "unknown profile 'nope'"),
+        ({"key": "web", "profile": "glm", "secret": ""}, "a new slot needs its secret"),
+        ({"key": "web", "profile": "glm", "secret": "   \n"}, "the secret is empty"),
+        ({"key": "web", "profile": "glm", "secret": "s" * 16385}, "larger than 16384 bytes"),
+        # 6000 characters pass a character count, but are 18000 bytes of UTF-8
+        ({"key": "web", "profile": "glm", "secret": "€" * 6000}, "larger than 16384 bytes"),
+        ({"key": "taken", "profile": "glm", "secret": SECRET}, "already exists"),
+    ],
+)
+def test_the_admin_slot_form_answers_each_bad_value_with_a_form_error(
+    keyring_file, staff, data, error
+):
+    """The slot form checks every value it saves (iop_slot set's rules): a bad id, profile
+    or secret is a form error on the page (200), never a 500; nothing is saved and the
+    secret is not rendered back."""
+    set_slot("taken", "glm")
+    before = list(CredentialSlot.objects.values_list("key", "sealed", "credential_revision"))
+    response = staff.post(reverse("admin:catalog_credentialslot_add"), data)
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert error in page.replace("&#x27;", "'")
+    assert data["secret"].strip() == "" or data["secret"] not in page
+    after = list(CredentialSlot.objects.values_list("key", "sealed", "credential_revision"))
+    assert after == before
+
+
 def test_a_route_giving_a_slot_to_a_cli_provider_without_credential_env_is_refused_r_mgd_11(
     tmp_path, keys
 ):

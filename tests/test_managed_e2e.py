@@ -68,6 +68,19 @@ class Managed:
         self.answers.append(info.value.response.text)
         return info.value
 
+    def table_version(self) -> str:
+        return str(self.stack.pool_snapshot()["credential_table"]["version"])
+
+    def changing(self, *args: str, stdin: bytes = b"") -> str:
+        """A command that changes routes or slots (another process), then wait until the
+        Edge's route table has followed it (R-MGD-12: within IOP_REVISION_POLL_S)."""
+        before = self.table_version()
+        out = self.stack.manage(*args, stdin=stdin)
+        self.stack.wait_until(
+            lambda snap: snap["credential_table"]["version"] != before, what="the route table"
+        )
+        return out
+
     def upstream_auth(self) -> list[str]:
         return [r.headers.get("authorization", "") for r in self.stack.upstream().server.requests]
 
@@ -99,8 +112,8 @@ def managed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Managed]:
     )
     with stack:
         env = Managed(stack, pki, keys)
-        stack.manage("iop_slot", "set", "glm-main", "--profile", "glm", stdin=SECRET.encode())
-        out = stack.manage(
+        env.changing("iop_slot", "set", "glm-main", "--profile", "glm", stdin=SECRET.encode())
+        out = env.changing(
             "iop_route", "create", "team-a", "--model", "glm", "--slot", "glm=glm-main", "--json"
         )
         env.key = json.loads(out)["key"]
@@ -122,17 +135,18 @@ def test_a_route_key_calls_a_model_and_the_upstream_gets_exactly_the_slot_secret
 def test_a_rotated_slot_and_keyring_are_used_by_the_next_request_without_restart_r_mgd_2(
     managed: Managed,
 ):
-    """R-MGD-2: a new slot secret, then a keyring rotation (every slot re-sealed under a new
-    key), each used by the very next request of the same Edge process."""
+    """R-MGD-2, R-MGD-12: a new slot secret, then a keyring rotation (every slot re-sealed
+    under a new key), each used by the same Edge process once its route table followed the
+    change (within IOP_REVISION_POLL_S), without a restart."""
     stack = managed.stack
     assert stack.edge is not None
     pid = stack.edge.popen.pid
     stack.reset_upstreams()
-    stack.manage("iop_slot", "set", "glm-main", "--profile", "glm", stdin=ROTATED.encode())
+    managed.changing("iop_slot", "set", "glm-main", "--profile", "glm", stdin=ROTATED.encode())
     managed.chat()
-    stack.manage("iop_keyring", "rotate", "--key-id", "k2")
+    managed.changing("iop_keyring", "rotate", "--key-id", "k2")
     managed.chat()
-    stack.manage("iop_slot", "set", "glm-main", "--profile", "glm", stdin=SECRET.encode())
+    managed.changing("iop_slot", "set", "glm-main", "--profile", "glm", stdin=SECRET.encode())
     managed.chat()
     assert managed.upstream_auth() == [f"Bearer {ROTATED}", f"Bearer {ROTATED}", f"Bearer {SECRET}"]
     assert stack.edge.popen.pid == pid and stack.edge.alive()  # the same process throughout
@@ -142,11 +156,12 @@ def test_a_rotated_slot_and_keyring_are_used_by_the_next_request_without_restart
 def test_callers_outside_their_route_are_refused_and_nothing_leaks_r_auth_5_r_mgd_5(
     managed: Managed,
 ):
-    """R-AUTH-5: another model group; R-MGD-5: a caller-supplied provider credential; an
-    unknown key. None reaches the upstream; every counter is back to zero."""
+    """R-AUTH-5, R-MGD-9: another model group is 404 model_not_found (as for a principal
+    token's scope); R-MGD-5: a caller-supplied provider credential; an unknown key. None
+    reaches the upstream; every counter is back to zero."""
     managed.stack.reset_upstreams()
     other = managed.refused(model="coder")
-    assert other.status_code == 403 and other.body["code"] == "route_model_mismatch"
+    assert other.status_code == 404 and other.body["code"] == "model_not_found"
     forwarded = managed.refused(**{"X-IOP-Provider-Authorization": "Bearer sk-caller"})
     assert forwarded.status_code == 400 and forwarded.body["code"] == "provider_credential_refused"
     unknown = managed.refused(key="iop_route_unknown")
@@ -173,21 +188,24 @@ def test_a_slot_under_a_key_missing_from_the_keyring_or_a_corrupted_keyring_fail
     managed: Managed, tmp_path: Path
 ):
     """A slot sealed under a key id the keyring file does not hold (here: sealed with another
-    keyring), then the keyring file corrupted: each request is 503 credential_unavailable,
-    the Edge log names the slot and key id, then the file (never a secret); nothing reaches
-    the upstream, every lease is back. Sealing it again under the real keyring heals it."""
+    keyring), then the same with the keyring file corrupted: each request is 503
+    credential_unavailable, the Edge log names the slot and key id, then the file (never a
+    secret); nothing reaches the upstream, every lease is back. Sealing it again under the
+    real keyring heals it."""
     stack = managed.stack
     keyring = managed.keys.directory.parent / "keyring.json"
     stray = tmp_path / "stray-keyring.json"
     stack.manage("iop_keyring", "init", str(stray), "--key-id", "k9")
     set_slot = ("iop_slot", "set", "glm-main", "--profile", "glm")
-    stack.manage(*set_slot, "--keyring", str(stray), stdin=SECRET.encode())
+    managed.changing(*set_slot, "--keyring", str(stray), stdin=SECRET.encode())
     good = keyring.read_text()
     stack.reset_upstreams()
     try:
         lost = managed.refused()
         assert lost.status_code == 503 and lost.body["code"] == "credential_unavailable"
+        assert "'glm-main'" in lost.body["message"]
         keyring.write_text("{not json")
+        managed.changing(*set_slot, "--keyring", str(stray), stdin=SECRET.encode())
         corrupt = managed.refused()
         assert corrupt.status_code == 503 and corrupt.body["code"] == "credential_unavailable"
     finally:
@@ -198,9 +216,45 @@ def test_a_slot_under_a_key_missing_from_the_keyring_or_a_corrupted_keyring_fail
     assert f"the keyring file {keyring} is not a JSON object" in log
     assert managed.upstream_auth() == []
     stack.wait_idle()
-    stack.manage(*set_slot, stdin=SECRET.encode())
+    managed.changing(*set_slot, stdin=SECRET.encode())
     managed.chat()
     assert managed.upstream_auth() == [f"Bearer {SECRET}"]
+    stack.wait_idle()
+
+
+def test_a_route_key_lists_only_its_model_group_r_mgd_9(managed: Managed):
+    """R-MGD-9: through the official SDK, /v1/models lists the route's group only and
+    another group's entry is 404 model_not_found."""
+    with managed.sdk() as client:
+        assert [m.id for m in client.models.list()] == ["glm"]
+        assert client.models.retrieve("glm").id == "glm"
+        with pytest.raises(openai.NotFoundError) as info:
+            client.models.retrieve("coder")
+    assert info.value.body["code"] == "model_not_found"
+
+
+def test_moved_key_files_and_an_unrelated_apply_leave_requests_working_r_mgd_7(
+    managed: Managed,
+):
+    """R-MGD-7: the key files and the keyring are read once at start: with all of them moved
+    away, an apply of an unrelated live change and the requests after it still succeed."""
+    stack = managed.stack
+    keys = managed.keys.directory
+    moved = keys.with_name("keys-moved")
+    keys.rename(moved)
+    try:
+        document = yaml.safe_load(stack.config_path.read_text())
+        document["provider_pool"]["max_queue"] = 15  # unrelated to credentials, live
+        status, report = stack.refresh("apply", document)
+        assert status == 200 and report["applied"] is True, report
+        stack.reset_upstreams()
+        managed.chat()
+        managed.chat()
+        assert managed.upstream_auth() == [f"Bearer {SECRET}"] * 2
+    finally:
+        moved.rename(keys)
+        document["provider_pool"]["max_queue"] = 16
+        assert stack.refresh("apply", document)[0] == 200
     stack.wait_idle()
 
 
@@ -244,7 +298,7 @@ def test_managed_mode_refuses_to_start_without_tls_or_with_an_unreadable_key_r_m
 
 
 def _route(managed: Managed, route: str, model: str, binding: str) -> str:
-    out = managed.stack.manage(
+    out = managed.changing(  # R-MGD-12: in force once the Edge's route table has it
         "iop_route", "create", route, "--model", model, "--slot", binding, "--json"
     )
     return str(json.loads(out)["key"])
@@ -254,8 +308,8 @@ def test_an_ollama_provider_gets_its_slot_secret_as_its_auth_header_r_mgd_11(man
     """R-MGD-11: the built-in ollama profile sends no credential of its own; a managed run's
     slot secret goes upstream as `Authorization: Bearer`, for that run only."""
     stack = managed.stack
-    stack.manage("iop_slot", "set", "ollama-main", "--profile", "ollama",
-                 stdin=OLLAMA_SECRET.encode())  # fmt: skip
+    managed.changing("iop_slot", "set", "ollama-main", "--profile", "ollama",
+                     stdin=OLLAMA_SECRET.encode())  # fmt: skip
     key = _route(managed, "team-local", "local", "ollama-1=ollama-main")
     stack.reset_upstreams()
     reply = json.loads(managed.chat(model="local", key=key))
@@ -272,7 +326,7 @@ def test_a_cli_provider_gets_its_slot_secret_in_its_named_environment_variable_r
     """R-MGD-11: the slot secret reaches the program in `credential_env`, never in argv, and
     the program sees nothing else of the Node's environment (R-TLS-3)."""
     stack = managed.stack
-    stack.manage("iop_slot", "set", "tool-main", "--profile", "cli", stdin=TOOL_SECRET.encode())
+    managed.changing("iop_slot", "set", "tool-main", "--profile", "cli", stdin=TOOL_SECRET.encode())
     key = _route(managed, "team-tool", "tool", "tool-1=tool-main")
     reply = json.loads(managed.chat(model="tool", key=key))
     assert reply["choices"][0]["message"]["content"] == "hi"

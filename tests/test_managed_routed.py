@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from catalog.config import load_snapshot
-from catalog.keyring import Keyring, new_keyring, write_private
+from catalog.keyring import Keyring, new_keyring
 from nodes import wire
 from nodes.agent.config import CredentialPlane
 from nodes.agent.credentials import LeaseCredentials, load_opener
 from nodes.agent.envelope import EnvelopeRefused
 from nodes.envelope import SealRefused
-from pool.http.managed import Grant, ManagedPlane, SlotUse, routed_sealer
+from pool.http.managed import Grant, ManagedKeys, ManagedPlane, SlotUse, routed_sealer
+from secretref.keyfiles import create_private
 from tests.support.managed import managed_document, mint_keys
 from tests.support.payloads import openai_provider
 
@@ -30,12 +31,14 @@ def edges(tmp_path: Path) -> tuple[ManagedPlane, ManagedPlane, LeaseCredentials,
     keys = mint_keys(tmp_path / "keys", "n1")
     keyring_file = tmp_path / "keyring.json"
     ring = new_keyring("k1")
-    write_private(keyring_file, ring.dump())
+    create_private(keyring_file, ring.dump().encode())
     snapshot = load_snapshot(managed_document(keys, keyring_file))
-    requester, owner = ManagedPlane(snapshot), ManagedPlane(snapshot)
+    requester = ManagedPlane(snapshot, ManagedKeys.load(snapshot))
+    owner = ManagedPlane(snapshot, ManagedKeys.load(snapshot))
     node = LeaseCredentials(load_opener(CredentialPlane(**keys.node_plane())), "n1")
-    slot = SlotUse("s1", "glm", 4, Keyring.load(keyring_file).seal(SECRET, "s1"))
-    grant = Grant("route-a", "team", "glm", 9, {"glm": slot})
+    keyring = Keyring.load(keyring_file)
+    slot = SlotUse("s1", "glm", 4, keyring.seal(SECRET, "s1"))
+    grant = Grant("route-a", "team", "glm", 9, {"glm": slot}, keyring)
     return requester, owner, node, grant
 
 

@@ -8,23 +8,30 @@ A real pool, NodeHub and OpenAIApp; the Node side opens envelopes with its real 
 
 from __future__ import annotations
 
+import base64
 import io
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.core.management import call_command
+from django.db.backends.utils import CursorWrapper
 
+from catalog.config import load_snapshot
 from catalog.documents import document_to_catalog
 from catalog.keyring import Keyring, new_keyring
+from catalog.models import CredentialSlot, Route
 from catalog.slots import create_route, set_slot
+from edgekit.running import attach_runtime
 from nodes import wire
 from nodes.agent.adapters.http import slot_headers
 from nodes.agent.config import CredentialPlane
 from nodes.agent.credentials import LeaseCredentials, load_opener
 from pool.http.app import OpenAIApp
+from pool.http.managed import ManagedKeys
 from tests.support.inprocess import Call, FakeNode, Runtime, answer_ok
 from tests.support.managed import managed_document, mint_keys
 from tests.support.payloads import chat_body, openai_provider
@@ -56,7 +63,10 @@ class Managed:
         return Keyring.load(self.keyring_file)
 
     async def start(self) -> None:
-        self.runtime = Runtime(self.document)
+        keys = ManagedKeys.load(load_snapshot(self.document))
+        await sync_to_async(keys.rebuild)()
+        self.runtime = Runtime(self.document, managed_keys=keys)
+        attach_runtime(self.runtime)  # saves in this process rebuild its table (R-MGD-12)
         self.app = OpenAIApp(self.runtime)
         self.node = FakeNode(self.runtime.hub, "n1")
         self.node.script = self._open_and_answer
@@ -95,10 +105,11 @@ class Managed:
 
 
 @pytest.fixture
-async def edge(tmp_path) -> Managed:
+async def edge(tmp_path) -> AsyncIterator[Managed]:
     managed = await sync_to_async(Managed)(tmp_path)
     await managed.start()
-    return managed
+    yield managed
+    attach_runtime(None)
 
 
 async def test_a_route_key_calls_its_model_with_the_slot_secret_r_mgd_3_r_mgd_4(edge):
@@ -144,11 +155,36 @@ async def test_a_keyring_rotated_while_running_is_read_again(edge):
 
 
 async def test_a_route_for_another_model_group_is_refused_before_admission_r_auth_5(edge):
-    """R-AUTH-5: the route binds its group before admission: no lease, no run."""
+    """R-AUTH-5, R-MGD-9: the route binds its group before admission: another group is
+    404 model_not_found, as for a principal token's scope; no lease, no run."""
     call = await edge.call(model="coder").done()
-    assert call.status == 403
-    assert call.json()["error"]["code"] == "route_model_mismatch"
+    assert call.status == 404
+    assert call.json()["error"]["code"] == "model_not_found"
     assert edge.node.runs == [] and edge.idle()
+
+
+async def test_a_route_key_sees_only_its_model_group_r_mgd_9(edge):
+    """R-MGD-9: /v1/models lists the route's group only; another group's entry is 404."""
+    listed = await Call(edge.app, "GET", "/v1/models", b"", token=edge.key).done()
+    assert listed.status == 200
+    assert [m["id"] for m in listed.json()["data"]] == ["glm"]
+    own = await Call(edge.app, "GET", "/v1/models/glm", b"", token=edge.key).done()
+    assert own.status == 200 and own.json()["id"] == "glm"
+    other = await Call(edge.app, "GET", "/v1/models/coder", b"", token=edge.key).done()
+    assert other.status == 404 and other.json()["error"]["code"] == "model_not_found"
+
+
+async def test_the_context_fit_of_another_group_is_never_revealed_r_mgd_9(edge):
+    """R-MGD-9: the route's scope runs before the context-fit check, so a prompt too long
+    for another group's window answers model_not_found, never that group's window."""
+    provider = edge.document["nodes"][0]["providers"][2]  # glm-coding, group "coder"
+    provider["context_window_tokens"] = 64
+    await edge.start()
+    body = chat_body("word " * 2000, model="coder")
+    call = await Call(edge.app, "POST", "/v1/chat/completions", body, token=edge.key).done()
+    assert call.status == 404 and call.json()["error"]["code"] == "model_not_found"
+    assert "64" not in call.body.decode()
+    assert edge.node.runs == []
 
 
 async def test_an_unknown_route_key_is_refused(edge):
@@ -169,10 +205,10 @@ async def test_a_keyring_missing_the_slots_key_fails_the_request_and_releases(ed
     """A slot sealed under a key id the keyring file no longer holds: 503, the log names the
     slot and the key id, never a secret; the lease is back."""
     caplog.set_level(logging.INFO)
-    edge.keyring_file.write_text(new_keyring("other").dump())
+    await sync_to_async(set_slot)("general", "glm", SECRET, new_keyring("other"))
     call = await edge.call().done()
     assert call.status == 503 and call.json()["error"]["code"] == "credential_unavailable"
-    assert "slot 'general' is sealed under key 'k1', not in the keyring" in caplog.text
+    assert "slot 'general' is sealed under key 'other', not in the keyring" in caplog.text
     assert SECRET.decode() not in caplog.text + call.body.decode()
     assert edge.node.runs == [] and edge.idle()
 
@@ -218,3 +254,60 @@ async def test_a_failover_stays_among_the_routes_providers_r_mgd_3_r_health_1(ed
     secrets = {"glm-general": SECRET, "glm-coding": b"sk-coding-secret"}
     assert edge.opened == [(second, secrets[second])]
     assert edge.idle()
+
+
+async def test_a_request_reads_no_database_and_no_key_file_r_mgd_12_r_mgd_7(edge, monkeypatch):
+    """R-MGD-12: the route and its slots come from the in-memory table (no SQL runs on any
+    thread while requests are served); R-MGD-7: with every key file and the keyring moved
+    away after start, requests and an apply of an unrelated change still succeed."""
+    statements: list[str] = []
+
+    def record(self: Any, sql: str, *args: Any, **kw: Any) -> None:
+        statements.append(sql)
+        raise AssertionError("SQL on the request path")
+
+    monkeypatch.setattr(CursorWrapper, "execute", record)
+    monkeypatch.setattr(CursorWrapper, "executemany", record)
+    moved = edge.keys.directory.with_name("moved")
+    edge.keys.directory.rename(moved)
+    edge.keyring_file.rename(edge.keyring_file.with_name("moved-keyring.json"))
+    assert (await edge.call().done()).status == 200
+    document = edge.runtime.snapshot.document
+    document["provider_pool"]["max_queue"] = 5  # an unrelated live change
+    edge.runtime.snapshot = load_snapshot(document)
+    for _ in range(2):
+        assert (await edge.call().done()).status == 200
+    assert statements == []
+    assert [provider for provider, _ in edge.opened] == ["glm-general"] * 3
+
+
+async def test_a_sealed_value_shorter_than_its_nonce_answers_503_naming_the_slot(edge, caplog):
+    """A corrupted slot row (sealed value shorter than the nonce) is 503
+    credential_unavailable naming the slot, not a 500; the lease is back."""
+    slot = await CredentialSlot.objects.aget(key="general")
+    slot.sealed = "v1:k1:" + base64.b64encode(b"short").decode()
+    await sync_to_async(slot.save)()  # the admin's thread: the table follows at once
+    call = await edge.call().done()
+    assert call.status == 503
+    error = call.json()["error"]
+    assert error["code"] == "credential_unavailable" and "'general'" in error["message"]
+    assert "slot 'general': the sealed value is malformed" in caplog.text
+    assert edge.node.runs == [] and edge.idle()
+
+
+async def test_a_route_disabled_or_deleted_in_process_stops_its_key_at_once_r_mgd_12(edge):
+    """R-MGD-12: a save in the Edge's own process (the admin's) rebuilds the route table on
+    commit: the disabled route's key is refused by the very next request, the enabled one
+    works again, a deleted one is gone."""
+    assert (await edge.call().done()).status == 200
+    route = await Route.objects.aget(key="team-a")
+    route.enabled = False
+    await sync_to_async(route.save)()
+    refused = await edge.call().done()
+    assert refused.status == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+    route.enabled = True
+    await sync_to_async(route.save)()
+    assert (await edge.call().done()).status == 200
+    await sync_to_async(route.delete)()
+    assert (await edge.call().done()).status == 401
+    assert edge.runtime.managed_keys.table.status()["routes"] == 0

@@ -266,3 +266,97 @@ async def test_no_secret_value_reaches_a_report_or_a_log_line(edge, caplog, monk
     text = json.dumps(bodies) + json.dumps(rows) + caplog.text
     for value in (*secrets, new_hash):
         assert value not in text
+
+
+# --- what a web page could send (R-CTL-1) ---------------------------------------------------------
+
+
+async def untouched_receive() -> dict:
+    raise AssertionError("the body was read")
+
+
+async def control_call(
+    app: Any, headers: list[tuple[bytes, bytes]], query: str
+) -> tuple[int, dict]:
+    """One POST /refresh whose receive() fails the test if the app reads the body."""
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/refresh",
+        "query_string": query.encode(),
+        "headers": headers,
+        "client": LOOPBACK,
+        "server": ("127.0.0.1", 7701),
+    }
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    await app(scope, untouched_receive, send)
+    return sent[0]["status"], json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "code"),
+    [
+        # a cross-origin fetch/form: Origin, text/plain (no preflight needed)
+        (
+            [
+                (b"host", b"127.0.0.1:7701"),
+                (b"origin", b"http://evil.example"),
+                (b"content-type", b"text/plain"),
+            ],
+            403,
+            "forbidden",
+        ),
+        # Origin alone refuses, whatever the Content-Type
+        ([(b"origin", b"null"), (b"content-type", b"application/yaml")], 403, "forbidden"),
+        # DNS rebinding: the page's own name as Host
+        (
+            [(b"host", b"evil.example:7701"), (b"content-type", b"application/yaml")],
+            403,
+            "forbidden",
+        ),
+        ([(b"host", b"localhost:9999"), (b"content-type", b"application/yaml")], 403, "forbidden"),
+        # form bodies, text/plain, or none at all
+        ([(b"host", b"localhost:7701"), (b"content-type", b"text/plain")], 415, None),
+        (
+            [(b"host", b"127.0.0.1"), (b"content-type", b"application/x-www-form-urlencoded")],
+            415,
+            None,
+        ),
+        ([(b"content-type", b"multipart/form-data; boundary=x")], 415, None),
+        ([(b"host", b"127.0.0.1:7701")], 415, None),
+    ],
+)
+async def test_a_request_a_web_page_could_send_is_refused_before_its_body_and_stages_nothing(
+    edge, headers, status, code
+):
+    """R-CTL-1: an Origin header or a foreign Host is 403, a Content-Type a page can send
+    cross-origin without a preflight is 415; the body is never read, no revision is made."""
+    answer_status, body = await control_call(ControlApp(edge), headers, "mode=stage")
+    assert answer_status == status
+    assert body["error"]["code"] == (code or "unsupported_media_type")
+    assert await ConfigRevision.objects.acount() == 1
+    assert not await ConfigRevision.objects.filter(state=ConfigRevision.State.STAGED).aexists()
+
+
+@pytest.mark.parametrize(
+    "host", [b"127.0.0.1:7701", b"127.0.0.1", b"localhost:7701", b"LOCALHOST", None]
+)
+@pytest.mark.parametrize(
+    "kind", ["application/yaml", "application/x-yaml", "text/yaml; charset=utf-8"]
+)
+async def test_curl_shaped_requests_pass_the_browser_checks(edge, host, kind):
+    """R-CTL-1: the listener's own address or localhost, with its own port or none, and each
+    accepted document type (parameters ignored) reach the refresh service."""
+    document = yaml.safe_dump(edge.snapshot.document).encode()
+    status, body = await call(
+        ControlApp(edge),
+        document,
+        query="mode=dry_run",
+        content_type=kind,
+        headers=((b"host", host),) if host else (),
+    )
+    assert status == 200 and body["changed"] is False, body

@@ -19,7 +19,9 @@ pytestmark = pytest.mark.slow
 def test_runedge_exits_non_zero_naming_the_port_when_another_process_holds_it(
     tmp_path: Path,
 ) -> None:
-    """A supervisor must see a failed start: exit 1, never the ready line (docs/journeys.md)."""
+    """A supervisor must see a failed start: exit 1, never the ready line (docs/journeys.md).
+    R-CFG-14: the port is found taken before the start activates anything, so the refused
+    configuration is never recorded as a revision."""
     db = tmp_path / "edge.sqlite3"
     shutil.copyfile(migrated_template(), db)
     with socket.socket() as taken:
@@ -44,3 +46,13 @@ def test_runedge_exits_non_zero_naming_the_port_when_another_process_holds_it(
     assert "IOP Edge ready" not in done.stdout
     assert f"127.0.0.1:{port}" in done.stderr and "Address already in use" in done.stderr
     assert "is another Edge already running on these ports?" in done.stderr
+    assert "is now active" not in done.stdout + done.stderr
+    export = subprocess.run(
+        [sys.executable, "manage.py", "iop_config", "export", "--revision", "active"],
+        cwd=ROOT,
+        env=child_env({"DATABASE_URL": f"sqlite:///{db}", "IOP_VAR_DIR": str(tmp_path)}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert export.returncode != 0 and "no revision is active" in export.stderr, export

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+from twisted.internet.address import IPv4Address
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.web import http
@@ -113,3 +115,53 @@ def test_r_in_1_http2_is_not_offered_so_every_connection_gets_the_guarded_channe
     """R-IN-1: with the ``h2`` package Twisted would negotiate HTTP/2 over TLS and bypass
     ``GuardedChannel``; installing it needs guards for that path first."""
     assert not http.H2_ENABLED
+
+
+def _control_channel(port: int) -> tuple[GuardedChannel, StringTransport]:
+    channel, transport, _ = _channel()
+    channel.control_port = 7701
+    transport.hostAddr = IPv4Address("TCP", "127.0.0.1", port)
+    return channel, transport
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        (b"Host: 127.0.0.1:7701\r\nOrigin: http://evil.example\r\nContent-Type: text/plain", 403),
+        (b"Host: evil.example:7701\r\nContent-Type: application/yaml", 403),
+        (b"Host: localhost:7701\r\nContent-Type: text/plain", 415),
+        (b"Host: 127.0.0.1:7701\r\nContent-Type: application/x-www-form-urlencoded", 415),
+    ],
+)
+def test_r_ctl_1_a_browser_shaped_control_request_is_answered_before_its_body(
+    headers: bytes, status: int
+) -> None:
+    """R-CTL-1: on the control listener's port, an Origin header, a foreign Host or a body a
+    page can send without a preflight is answered 403 / 415 from the headers alone; the
+    request never gets a body and never reaches the app."""
+    channel, transport = _control_channel(7701)
+    channel.dataReceived(
+        b"POST /refresh?mode=stage HTTP/1.1\r\n" + headers + b"\r\nContent-Length: 64\r\n\r\n"
+    )
+    assert transport.value().startswith(b"HTTP/1.1 %d " % status)
+    code = json.loads(transport.value().partition(b"\r\n\r\n")[2])["error"]["code"]
+    assert code == ("forbidden" if status == 403 else "unsupported_media_type")
+    channel.dataReceived(b"x" * 64)  # discarded
+    assert channel.requests[-1].content is None
+
+
+def test_r_ctl_1_a_curl_shaped_control_request_and_other_listeners_pass() -> None:
+    """R-CTL-1: curl's request (own Host, YAML) goes on to the app; the same browser headers
+    on another listener's port are not the control guard's business."""
+    channel, transport = _control_channel(7701)
+    channel.dataReceived(
+        b"POST /refresh?mode=dry_run HTTP/1.1\r\nHost: 127.0.0.1:7701\r\n"
+        b"Content-Type: application/yaml\r\nContent-Length: 2\r\n\r\n"
+    )
+    assert transport.value() == b"" and channel.requests[-1].content is not None
+    channel, transport = _control_channel(8080)
+    channel.dataReceived(
+        b"POST /admin/login/ HTTP/1.1\r\nHost: edge.example\r\nOrigin: https://edge.example\r\n"
+        b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 2\r\n\r\n"
+    )
+    assert transport.value() == b"" and channel.requests[-1].content is not None

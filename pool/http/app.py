@@ -2,8 +2,8 @@
 
 The hot path (docs/architecture.md). Per request: one snapshot identity check, header dict,
 auth by digest, bounded body, one JSON parse, one pool decision, one frame to the Node, then
-relay; one meter record at the end. No ORM (except managed mode's one route read,
-docs/credentials.md), no Django, no logging except for a failure of the Edge itself.
+relay; one meter record at the end. No ORM (managed mode reads its in-memory route table,
+R-MGD-12), no Django, no logging except for a failure of the Edge itself.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class OpenAIApp:
         """The lookup tables of the active snapshot, rebuilt when it is swapped."""
         snapshot = self.runtime.snapshot
         if snapshot is not self._snapshot or self._tables is None:
-            self._tables = Tables(snapshot, self.runtime.started_at)
+            self._tables = Tables(snapshot, self.runtime.started_at, self.runtime.managed_keys)
             self._snapshot = snapshot
             self.limiter.retain(t.token_ref for t in snapshot.principal_tokens)
             self.runtime.meter.configure_budgets(self.budgets.limits_of(snapshot))
@@ -107,7 +107,7 @@ class OpenAIApp:
             if endpoint is None and not models:
                 raise HttpError("not_found", f"no route for {scope['method']} {path[:200]}")
             if tables.managed is not None:  # R-AUTH-5: a route key, bound before admission
-                meta.grant = await tables.managed.authenticate(headers, anthropic)
+                meta.grant = tables.managed.authenticate(headers, anthropic)
                 caller = meta.grant.caller
             else:
                 caller = tables.auth.authenticate(headers, anthropic)

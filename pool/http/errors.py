@@ -51,12 +51,6 @@ ERRORS: dict[str, Row] = {
         "invalid_request_error",
         "caller-supplied provider credentials are refused in managed mode",
     ),
-    "route_model_mismatch": Row(
-        403,
-        "invalid_request_error",
-        "permission_error",
-        "this route key is not for the requested model",
-    ),
     "not_found": Row(404, "invalid_request_error", "not_found_error", "not found"),
     "model_not_found": Row(
         404,

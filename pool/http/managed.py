@@ -1,29 +1,29 @@
 """Managed credential mode on the surface: route keys, candidate providers, lease envelopes.
 
-R-MGD-3 / R-AUTH-5: a route key is looked up by its sha256 in the catalog (one read per
-request, in a worker thread, so a slot rotated a moment ago is used by the next request);
-the route binds, before admission, the providers it may use and the slot, profile, credential
-revision and route revision of each. R-MGD-4: after the lease, the slot secret is unsealed
-from the keyring and sealed again to the chosen Node for that one run. docs/credentials.md.
+R-MGD-3 / R-AUTH-5: a route key is looked up by its sha256 in the route table
+(``pool.http.route_table``, rebuilt when routes or slots change: no ORM on the request path,
+R-MGD-12); the route binds, before admission, the providers it may use and the slot, profile,
+credential revision and route revision of each. R-MGD-4: after the lease, the slot secret is
+unsealed from the keyring and sealed again to the chosen Node for that one run. R-MGD-7: the
+key files are read once, at start (``ManagedKeys.load``); an apply builds a new
+``ManagedPlane`` over the same keys. docs/credentials.md.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 
-from catalog.config import EdgeSnapshot, KeyFile, ProviderSpec
+from catalog.config import EdgeSnapshot, KeyFile
 from catalog.keyring import Keyring, KeyringError
 from nodes.envelope import (
     Binding,
+    EphemeralKeys,
     KeyFileError,
     KeyFileExposed,
     SealRefused,
@@ -31,9 +31,12 @@ from nodes.envelope import (
     issue,
     load_key,
 )
-from pool.http.auth import Caller, Headers, presented_token
-from pool.http.errors import HttpError
+from pool.http.auth import Headers, presented_token
+from pool.http.errors import HttpError, model_not_found
+from pool.http.route_table import Grant, RouteTable, SlotUse, read_route_table, table_version
 from secretref.keyfiles import PrivateFileError, check_private
+
+__all__ = ["Grant", "ManagedKeys", "ManagedPlane", "RouteCredentials", "SlotUse"]
 
 log = logging.getLogger("iop.http")
 
@@ -60,87 +63,76 @@ def load_keyring(path: str) -> Keyring:
     return keyring
 
 
-@dataclass(frozen=True, slots=True)
-class SlotUse:
-    """A slot as one request reads it: still sealed."""
+class ManagedKeys:
+    """The managed key files, read once at start (R-MGD-7: restart-required paths), and the
+    route table now in force (R-MGD-12), swapped whole by ``rebuild``."""
 
-    slot_id: str
-    profile: str
-    credential_revision: int
-    sealed: str
+    def __init__(
+        self,
+        issuer_id: str,
+        issuer: Ed25519PrivateKey,
+        keyring: Keyring,
+        keyring_file: str,
+        recipients: dict[str, tuple[str, X25519PublicKey]],
+    ) -> None:
+        self.issuer_id = issuer_id
+        self.issuer = issuer
+        self.keyring_file = keyring_file
+        self.recipients = recipients  # node id -> (key id, X25519 public key)
+        self.ephemeral = EphemeralKeys()  # R-MGD-12: one key agreement per Node per minute
+        self.table = RouteTable("", {}, keyring)
 
+    @classmethod
+    def load(cls, snapshot: EdgeSnapshot) -> ManagedKeys:
+        """Every key file of the snapshot's managed mode; ``KeyFileError`` names the first
+        that does not load (the start is refused, R-MGD-4)."""
+        plane = snapshot.credential_plane
+        assert plane is not None, "managed mode only"
+        issuer = load_issuer_key(plane.issuer)
+        keyring = load_keyring(plane.keyring_file)
+        recipients = {}
+        for node in snapshot.nodes:
+            if node.credential_recipient is not None:
+                key = node.credential_recipient
+                recipients[node.id] = (key.key_id, load_recipient_key(node.id, key))
+        return cls(plane.issuer.key_id, issuer, keyring, plane.keyring_file, recipients)
 
-@dataclass(frozen=True, slots=True)
-class Grant:
-    """A route resolved for one request (R-AUTH-5)."""
+    def rebuild(self) -> RouteTable:
+        """Read the routes and slots again and swap the table (synchronous: a worker thread
+        or the admin's thread, never the event loop; the request path only reads ``table``)."""
+        self.table = read_route_table(self.table.keyring, self.keyring_file)
+        return self.table
 
-    route_id: str
-    principal_ref: str
-    model_group: str
-    revision: int
-    slots: Mapping[str, SlotUse]  # provider id or profile name -> slot
-
-    @property
-    def caller(self) -> Caller:
-        return Caller(self.principal_ref, self.route_id)
-
-    def slot_for(self, provider: ProviderSpec) -> SlotUse | None:
-        """A provider's own binding wins over its profile's."""
-        return self.slots.get(provider.id) or self.slots.get(provider.profile.name)
-
-
-def read_grant(digest: str) -> Grant | None:
-    """The enabled route whose key hashes to ``digest``, with its slots: one query (a route
-    always has at least one slot)."""
-    from catalog.models import RouteSlot  # the surface module loads before Django's apps
-
-    bindings = list(
-        RouteSlot.objects.filter(route__key_hash_sha256=digest, route__enabled=True).select_related(
-            "route", "slot"
-        )
-    )
-    if not bindings:
-        return None
-    route = bindings[0].route
-    slots = {
-        b.target: SlotUse(b.slot.key, b.slot.profile, b.slot.credential_revision, b.slot.sealed)
-        for b in bindings
-    }
-    return Grant(
-        route.key, route.principal_ref or route.key, route.model_group, route.revision, slots
-    )
+    def refresh(self) -> bool:
+        """Rebuild when the rows changed since the table was read (one cheap version query
+        first); True when a new table was installed."""
+        if table_version() == self.table.version:
+            return False
+        self.rebuild()
+        return True
 
 
 class ManagedPlane:
-    """The Edge's managed-mode keys for one snapshot: issuer, keyring, each Node's recipient."""
+    """Managed mode for one snapshot, over the keys read at start."""
 
     def __init__(
         self,
         snapshot: EdgeSnapshot,
+        keys: ManagedKeys,
         *,
-        read: Callable[[str], Grant | None] = read_grant,
         clock: Callable[[], float] = time.time,
     ) -> None:
         plane = snapshot.credential_plane
         assert plane is not None, "managed mode only"
         self.snapshot = snapshot
-        self._issuer_id = plane.issuer.key_id
-        self._issuer = load_issuer_key(plane.issuer)
-        self._keyring_file = plane.keyring_file
-        self._keyring = load_keyring(plane.keyring_file)
+        self.keys = keys
         self._ttl_s = plane.envelope_ttl_s
-        self._recipients: dict[str, tuple[str, X25519PublicKey]] = {}
-        for node in snapshot.nodes:
-            if node.credential_recipient is not None:
-                key = node.credential_recipient
-                self._recipients[node.id] = (key.key_id, load_recipient_key(node.id, key))
-        self._read = sync_to_async(read)  # asgiref's one ORM thread (docs/credentials.md)
         self._clock = clock
 
-    async def authenticate(self, headers: Headers, x_api_key: bool) -> Grant:
-        """The route of the presented key, else ``invalid_api_key`` (401)."""
+    def authenticate(self, headers: Headers, x_api_key: bool) -> Grant:
+        """The route of the presented key, else ``invalid_api_key`` (401): one dict lookup."""
         token = presented_token(headers, x_api_key)
-        grant = await self._read(hashlib.sha256(token).hexdigest()) if token else None
+        grant = self.keys.table.grant(token) if token else None
         if grant is None:
             raise HttpError("invalid_api_key")
         return grant
@@ -148,15 +140,9 @@ class ManagedPlane:
     def excluded(self, grant: Grant, model: str) -> frozenset[str]:
         """R-MGD-3: the group's providers the route has no slot of the right family for;
         the pool leaves them out like providers that already failed (R-HEALTH-1)."""
-        if model != grant.model_group:
-            raise HttpError(
-                "route_model_mismatch",
-                f"this route key serves model {grant.model_group!r} only",
-                param="model",
-            )
         group = self.snapshot.models.get(model)
-        if group is None:
-            raise HttpError("model_not_found", param="model")
+        if group is None or model != grant.model_group:  # R-MGD-9: outside the route's scope
+            raise model_not_found(model)
         excluded = []
         for provider_id in group.providers:
             provider = self.snapshot.providers.get(provider_id)
@@ -181,7 +167,9 @@ class ManagedPlane:
             slot = grant.slot_for(self.snapshot.providers[provider_id])
             if slot is None:
                 raise HttpError("credential_unavailable", "the provider has no credential")
-            return self._issue(slot, grant.revision, provider_id, run_id, node_id, generation)
+            return self._issue(
+                grant.keyring, slot, grant.revision, provider_id, run_id, node_id, generation
+            )
 
         return seal
 
@@ -202,19 +190,20 @@ class ManagedPlane:
 
         def seal(run_id: str, node_id: str, generation: int) -> dict[str, Any]:
             try:
-                return self._issue(slot, grant.route_revision, provider_id, run_id, node_id,
-                                   generation)  # fmt: skip
+                return self._issue(self.keys.table.keyring, slot, grant.route_revision,
+                                   provider_id, run_id, node_id, generation)  # fmt: skip
             except HttpError as exc:
                 raise SealRefused(exc.message) from None
 
         return seal
 
-    def _issue(self, slot: SlotUse, route_revision: int, provider_id: str, run_id: str,
-               node_id: str, generation: int) -> dict[str, Any]:  # fmt: skip
-        recipient = self._recipients.get(node_id)
+    def _issue(self, keyring: Keyring, slot: SlotUse, route_revision: int, provider_id: str,
+               run_id: str, node_id: str, generation: int) -> dict[str, Any]:  # fmt: skip
+        recipient = self.keys.recipients.get(node_id)
         if recipient is None:
             raise HttpError("credential_unavailable", "the provider has no credential")
-        secret = self._unseal(slot)
+        secret = _unseal(keyring, slot)
+        now = self._clock()
         binding = Binding(
             run_id=run_id,
             node_id=node_id,
@@ -229,22 +218,23 @@ class ManagedPlane:
             binding,
             recipient_key_id=recipient[0],
             recipient=recipient[1],
-            issuer_key_id=self._issuer_id,
-            issuer=self._issuer,
-            now=self._clock(),
+            issuer_key_id=self.keys.issuer_id,
+            issuer=self.keys.issuer,
+            now=now,
             ttl_s=self._ttl_s,
+            shared=self.keys.ephemeral.for_recipient(recipient[0], recipient[1], now),
         )
 
-    def _unseal(self, slot: SlotUse) -> bytes:
-        """The slot's secret. The keyring file is read again when a key it does not hold
-        sealed the slot (``iop_keyring rotate`` ran while the Edge was up)."""
-        try:
-            if self._keyring.missing_key(slot.sealed):
-                self._keyring = Keyring.load(self._keyring_file)
-            return self._keyring.open(slot.sealed, slot.slot_id)
-        except KeyringError as exc:  # names the slot and the key id, never a key
-            log.error("credential slot cannot be unsealed: %s", exc)
-        raise HttpError("credential_unavailable", "the provider credential cannot be unsealed")
+
+def _unseal(keyring: Keyring, slot: SlotUse) -> bytes:
+    """The slot's secret, or 503 ``credential_unavailable`` naming the slot (never a key)."""
+    try:
+        return keyring.open(slot.sealed, slot.slot_id)
+    except KeyringError as exc:  # names the slot and the key id, never a key
+        log.error("credential slot cannot be unsealed: %s", exc)
+    raise HttpError(
+        "credential_unavailable", f"the credential of slot {slot.slot_id!r} cannot be unsealed"
+    )
 
 
 class RouteCredentials:

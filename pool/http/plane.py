@@ -13,6 +13,7 @@ from edgekit.loop_lag import LoopLagSampler
 from nodes.hub import NodeHub
 from pool.engine import PoolEngine
 from pool.gate.counters import GateCounts
+from pool.http.managed import ManagedKeys
 from pool.metering import UsageMeter
 
 
@@ -38,6 +39,7 @@ class DataPlane(Protocol):
     meter: UsageMeter
     loop_lag: LoopLagSampler  # how late the event loop runs, for /metrics
     gate: GateCounts  # Stream Evidence Gate outcomes per provider (R-SEG-6)
+    managed_keys: ManagedKeys | None  # managed mode's keys and route table (R-MGD-7, 12)
 
     @property
     def health(self) -> RetryCounter: ...

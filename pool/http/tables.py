@@ -10,7 +10,7 @@ from typing import Any
 from catalog.config import EdgeSnapshot
 from pool.http.auth import AuthTable, ProviderAuthRule
 from pool.http.errors import HttpError
-from pool.http.managed import ManagedPlane
+from pool.http.managed import ManagedKeys, ManagedPlane
 from pool.http.operations import Target, build_targets
 
 
@@ -36,6 +36,7 @@ class Tables:
     """Auth by digest, provider-credential rule, (group, provider) targets, the model list."""
 
     __slots__ = (
+        "_entries",
         "_scoped",
         "auth",
         "fits",
@@ -51,12 +52,17 @@ class Tables:
         "translating",
     )
 
-    def __init__(self, snapshot: EdgeSnapshot, started_at: float) -> None:
+    def __init__(
+        self, snapshot: EdgeSnapshot, started_at: float, managed_keys: ManagedKeys | None = None
+    ) -> None:
         self.snapshot = snapshot
         self.auth = AuthTable(snapshot)
         self.provider_auth = ProviderAuthRule(snapshot)
-        # Managed mode (R-MGD): its keys, loaded per snapshot; checked once at start.
-        self.managed = ManagedPlane(snapshot) if snapshot.credential_plane is not None else None
+        # Managed mode (R-MGD): over the keys read once at start (R-MGD-7), never re-read here.
+        self.managed = None
+        if snapshot.credential_plane is not None:
+            assert managed_keys is not None, "managed mode needs the keys read at start"
+            self.managed = ManagedPlane(snapshot, managed_keys)
         self.targets: dict[tuple[str, str], Target] = build_targets(snapshot)
         self.long_threshold: int = snapshot.long_context_threshold_tokens
         self.max_request_bytes: int = snapshot.max_request_bytes
@@ -69,19 +75,26 @@ class Tables:
         entries = [_model_entry(mid, created, created_at) for mid in sorted(snapshot.models)]
         self.model_bodies = {entry["id"]: _dumps(entry) for entry in entries}
         self.models_body = _list_body(entries)
-        # R-PRIN-1: one list per distinct token scope, built once per snapshot.
+        # R-PRIN-1: one list per distinct token scope, built once per snapshot; a route key's
+        # scope (its one group, R-MGD-9) is added the first time it lists models.
+        self._entries = entries
         self._scoped: dict[frozenset[str], bytes] = {}
         for token in snapshot.principal_tokens:
-            if token.models is not None and token.models not in self._scoped:
-                scoped = [e for e in entries if e["id"] in token.models]
-                self._scoped[token.models] = _list_body(scoped)
+            if token.models is not None:
+                self.models_list(token.models)
 
     def target(self, model: str, provider_id: str) -> Target | None:
         return self.targets.get((model, provider_id))
 
     def models_list(self, scope: frozenset[str] | None) -> bytes:
         """The ``/v1/models`` body for a token scope (None = every group)."""
-        return self.models_body if scope is None else self._scoped[scope]
+        if scope is None:
+            return self.models_body
+        body = self._scoped.get(scope)
+        if body is None:  # bounded: a scope is a set of the snapshot's groups
+            body = _list_body([e for e in self._entries if e["id"] in scope])
+            self._scoped[scope] = body
+        return body
 
     def check_fits(self, model: str, estimate: int, long: bool) -> None:
         """R-IN-4: 400 ``context_length_exceeded`` for a request no provider could ever hold."""

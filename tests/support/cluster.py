@@ -10,6 +10,7 @@ in-memory pool (enough to show Nodes moving between Edges and revisions in one d
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import shutil
@@ -21,16 +22,23 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import pytest
+
 from tests.support.processes import ROOT, Proc, child_env, free_port
 from tests.support.stack import START_TIMEOUT_S, Stack
 
 DATABASE_PREFIX = "iop_scale_edges"  # this branch's own databases (one per cluster)
 
 
+DATABASE = os.environ.get("IOP_TEST_DATABASE_URL", "")
+needs_postgres = pytest.mark.skipif(
+    not DATABASE.startswith(("postgres://", "postgresql://")),
+    reason="needs PostgreSQL: set IOP_TEST_DATABASE_URL=postgresql://... (Edges share it)",
+)
+
+
 def scale_out_redis_url() -> str | None:
     """``IOP_TEST_REDIS_URL`` (scale-out tests run on it), else None."""
-    import os
-
     return os.environ.get("IOP_TEST_REDIS_URL") or None
 
 
@@ -332,7 +340,8 @@ class Cluster(Stack):
                 handle.proc.stop()
         for upstream in self.upstreams.values():
             upstream.stop()
-        self._drop_redis_keys()
+        if self._created:  # once: a second stop (atexit) may find the Redis gone
+            self._drop_redis_keys()
         self._drop_database()
 
     def logs(self) -> str:

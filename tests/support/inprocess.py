@@ -18,6 +18,7 @@ from nodes import wire
 from nodes.hub import NodeHub
 from pool.engine import ProviderPool
 from pool.gate.counters import GateCounts
+from pool.http.managed import ManagedKeys
 from pool.metering.budget_view import BudgetView
 from pool.metering.pending import hour_bucket
 from pool.policy import policy_from_snapshot
@@ -48,8 +49,9 @@ class RecordingMeter:
 class Runtime:
     """What OpenAIApp reads of EdgeRuntime, with a meter that keeps its records."""
 
-    def __init__(self, doc: dict[str, Any]) -> None:
+    def __init__(self, doc: dict[str, Any], managed_keys: ManagedKeys | None = None) -> None:
         self.snapshot = load_snapshot(doc)
+        self.managed_keys = managed_keys  # managed mode: keys read once, the route table
         self.started_at = time.time()
         self.pool = ProviderPool(policy_from_snapshot(self.snapshot))
         self.health = HealthWatch(self.pool)
@@ -57,6 +59,11 @@ class Runtime:
         self.meter = RecordingMeter()
         self.gate = GateCounts()
         self.draining = False
+
+    def credentials_changed(self) -> None:
+        """As EdgeRuntime: a route or slot saved in this process rebuilds the table."""
+        if self.managed_keys is not None:
+            self.managed_keys.refresh()
 
 
 Script = Callable[["FakeNode", Any], Awaitable[None]]

@@ -124,21 +124,34 @@ async def until(predicate: Callable[[], bool], what: str = "condition") -> None:
 
 
 class OwnRedis:
-    """A redis-server of the test's own on a free port, no persistence; ``kill``/``start``."""
+    """A redis-server of the test's own on a free port, no persistence; ``kill``/``start``.
+    With ``tls`` (certificate, key and CA files) it listens for TLS only and ``url`` is the
+    ``rediss://`` URL an Edge is given (docs/scale-out.md, "Redis over TLS")."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, tls: tuple[Path, Path, Path] | None = None) -> None:
         self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.tls = tls
+        if tls is None:
+            self.url = f"redis://127.0.0.1:{self.port}/0"
+        else:
+            self.url = f"rediss://127.0.0.1:{self.port}/0?ssl_ca_certs={tls[2]}"
         self.directory = directory
         self.proc: subprocess.Popen[bytes] | None = None
 
+    def argv(self) -> list[str]:
+        base = ["redis-server", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--daemonize", "no", "--dir", str(self.directory)]  # fmt: skip
+        if self.tls is None:
+            return [*base, "--port", str(self.port)]
+        cert, key, ca = self.tls
+        return [*base, "--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(cert),
+                "--tls-key-file", str(key), "--tls-ca-cert-file", str(ca),
+                "--tls-auth-clients", "no"]  # fmt: skip
+
     def start(self) -> None:
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--daemonize", "no", "--dir", str(self.directory)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        log = self.directory / f"redis-{self.port}.log"
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(self.argv(), stdout=out, stderr=subprocess.STDOUT)
         client = redis.Redis.from_url(self.url)
         deadline = time.monotonic() + WAIT_S
         while True:
@@ -146,6 +159,8 @@ class OwnRedis:
                 client.ping()
                 break
             except redis.ConnectionError:
+                if self.proc.poll() is not None:  # it refused its arguments (a build without TLS)
+                    raise RedisStartError(log.read_text(errors="replace")[-2000:]) from None
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.02)  # waiting for a child process to listen, not for pool state
@@ -158,9 +173,13 @@ class OwnRedis:
             self.proc = None
 
 
+class RedisStartError(RuntimeError):
+    """The test's own redis-server exited at start; the message is its output."""
+
+
 @contextlib.contextmanager
-def own_redis(directory: Path) -> Iterator[OwnRedis]:
-    server = OwnRedis(directory)
+def own_redis(directory: Path, tls: tuple[Path, Path, Path] | None = None) -> Iterator[OwnRedis]:
+    server = OwnRedis(directory, tls)
     server.start()
     try:
         yield server

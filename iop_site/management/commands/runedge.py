@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import logging
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
@@ -80,8 +81,8 @@ class Command(BaseCommand):
         from iop_site import scale
         from iop_site.edge_local import EdgeLocal, LocalSettingError
         from iop_site.server import ListenError, StartError, serve
-        from iop_site.tls import TLSFileError, listeners
-        from refresh.startup import startup_revision
+        from iop_site.tls import TLSFileError
+        from refresh.startup import checked_start
 
         try:
             local = EdgeLocal.from_settings(
@@ -98,33 +99,17 @@ class Command(BaseCommand):
         if reason is not None:
             raise CommandError(f"cannot start: {reason}")
         try:
-            snapshot, revision = startup_revision(options.get("config"))
+            # R-CFG-14: every check that can refuse the start runs on the snapshot the start
+            # would activate, before the revision is committed; a refusal records nothing.
+            start, revision = checked_start(
+                options.get("config"), lambda snapshot: start_checks(local, database, snapshot)
+            )
         except ConfigError as exc:
             for issue in exc.issues:
                 self._say(settings, str(issue))
             raise CommandError(f"invalid config: {len(exc.issues)} error(s)") from None
-        try:
-            snapshot = local.localize(snapshot)  # this process only: the revision is shared
-        except LocalSettingError as exc:
-            raise CommandError(str(exc)) from None
-        edge_id = local.resolved_edge_id(snapshot)
-        reason = scale.refusal(settings.IOP_SCALE, database, snapshot)
-        if reason is not None:
-            raise CommandError(f"cannot start: {reason}")
-        if settings.IOP_SCALE.enabled:
-            try:
-                scale.check_edge_id_free(settings.IOP_SCALE, edge_id)
-            except scale.ScaleOutRefused as exc:
-                raise CommandError(f"cannot start: {exc}") from None
-        if snapshot.credential_plane is not None:  # R-MGD-4: every managed key readable
-            from nodes.envelope import KeyFileError
-            from pool.http.managed import ManagedPlane
-
-            try:
-                ManagedPlane(snapshot)
-            except KeyFileError as exc:
-                raise CommandError(f"managed mode cannot start: {exc}") from None
-        names = " ".join(f"{it.role}={it.url()}" for it in listeners(snapshot))
+        snapshot = start.snapshot
+        names = " ".join(f"{it.role}={it.url()}" for it in start.endpoints.listeners)
         if snapshot.openai_tls is not None and not settings.IOP_HTTPS:
             logging.getLogger("iop.edge").warning(
                 "openai.tls is on but IOP_HTTPS is not set: the admin's session and "
@@ -135,7 +120,14 @@ class Command(BaseCommand):
             announce(settings.LOG_FORMAT, "iop.edge", f"IOP Edge ready: {names}", sys.stdout)
 
         try:
-            serve(snapshot, revision=revision, edge_id=edge_id, on_ready=ready)
+            serve(
+                snapshot,
+                revision=revision,
+                edge_id=start.edge_id,
+                endpoints=start.endpoints,
+                managed_keys=start.managed_keys,
+                on_ready=ready,
+            )
         except (TLSFileError, scale.ScaleOutRefused, StartError) as exc:
             raise CommandError(f"cannot start: {exc}") from None
         except ListenError as exc:
@@ -145,3 +137,66 @@ class Command(BaseCommand):
                 "the Edge cannot listen (is another Edge already running on these ports? "
                 "stop it, or change the listen addresses in the config)"
             ) from None
+
+
+@dataclass(frozen=True)
+class Start:
+    """What the start's checks produced: the snapshot this process runs, its id, its
+    listeners with their TLS files read, and the managed keys (read once, R-MGD-7)."""
+
+    snapshot: Any
+    edge_id: str
+    endpoints: Any
+    managed_keys: Any
+
+
+def start_checks(local: Any, database: str, snapshot: Any) -> Start:
+    """Every check that can refuse the start, on the snapshot the start would activate; a
+    refusal raises CommandError (R-CFG-14)."""
+    from django.conf import settings
+
+    from iop_site import scale
+    from iop_site.edge_local import LocalSettingError
+    from iop_site.server import ports_in_use
+    from iop_site.tls import Endpoints, TLSFileError, listeners
+
+    try:
+        snapshot = local.localize(snapshot)  # this process only: the revision is shared
+    except LocalSettingError as exc:
+        raise CommandError(str(exc)) from None
+    edge_id = local.resolved_edge_id(snapshot)
+    reason = scale.refusal(settings.IOP_SCALE, database, snapshot)
+    if reason is not None:
+        raise CommandError(f"cannot start: {reason}")
+    if settings.IOP_SCALE.enabled:
+        try:
+            scale.check_edge_id_free(settings.IOP_SCALE, edge_id)
+        except scale.ScaleOutRefused as exc:
+            raise CommandError(f"cannot start: {exc}") from None
+    managed_keys = None
+    if snapshot.credential_plane is not None:  # R-MGD-4: every managed key readable
+        from nodes.envelope import KeyFileError
+        from pool.http.managed import ManagedKeys
+
+        try:
+            managed_keys = ManagedKeys.load(snapshot)  # R-MGD-7: the one read of the key files
+        except KeyFileError as exc:
+            raise CommandError(f"managed mode cannot start: {exc}") from None
+    from obskit.otel import TracingConfigError, check_environment, tracing_requested
+
+    if tracing_requested():
+        try:
+            check_environment()  # R-OBS-2: an OTEL_* value the Edge cannot honour
+        except TracingConfigError as exc:
+            raise CommandError(f"cannot start: {exc}") from None
+    try:
+        endpoints = Endpoints(listeners(snapshot))  # R-TLS-1: the TLS files, read now
+    except TLSFileError as exc:
+        raise CommandError(f"cannot start: {exc}") from None
+    busy = ports_in_use(endpoints.listeners)
+    if busy:
+        raise CommandError(
+            f"the Edge cannot listen ({'; '.join(busy)}): is another Edge already running on "
+            "these ports? stop it, or change the listen addresses in the config"
+        )
+    return Start(snapshot, edge_id, endpoints, managed_keys)
