@@ -25,6 +25,7 @@ from edgekit.http import (
 )
 from iop_site.control_refresh import handle_refresh
 from iop_site.runtime import EdgeRuntime
+from pool.engine import PoolBackendUnavailable
 from pool.http.metrics import metrics_response
 
 logger = logging.getLogger(__name__)
@@ -32,6 +33,9 @@ UNAUTHORIZED = error_body(
     "invalid_api_key",
     "the control listener needs the admin token (Authorization: Bearer)",
     type="authentication_error",
+)
+POOL_UNAVAILABLE = error_body(
+    "pool_unavailable", "the shared provider pool cannot be read now", type="server_error"
 )
 
 
@@ -58,9 +62,18 @@ class ControlApp:
         elif path == "/metrics" and method == "GET":
             await metrics_response(self.runtime, send)
         elif path == "/pool" and method == "GET":
-            await send_json(send, 200, self.runtime.pool_status() | self.runtime.relay_status())
+            await self._pool(send)
         else:
             await send_json(send, 404, error_body("not_found", "not found"))
+
+    async def _pool(self, send: Any) -> None:
+        """The pool as this Edge sees it, never older than the stated age (R-SCALE-8)."""
+        try:
+            status = await self.runtime.pool_status()
+        except PoolBackendUnavailable:
+            await send_json(send, 503, POOL_UNAVAILABLE, [(b"retry-after", b"1")])
+            return
+        await send_json(send, 200, status | self.runtime.relay_status())
 
     def _authorized(self, scope: dict[str, Any]) -> bool:
         """No token configured: loopback is enough. Otherwise the presented bearer token must

@@ -104,9 +104,11 @@ class EdgeRuntime:
     def snapshot(self) -> EdgeSnapshot:
         return self._snapshot
 
-    def pool_status(self) -> dict[str, Any]:
-        """The pool snapshot as a dict (R-POOL-8); call it on the loop that owns the pool."""
-        status = self.pool.snapshot().as_dict()
+    async def pool_status(self) -> dict[str, Any]:
+        """The pool snapshot as a dict (R-POOL-8), at most the engine's stated age old
+        (R-SCALE-8); call it on the loop that owns the pool. ``PoolBackendUnavailable`` when
+        the shared pool cannot be read in time."""
+        status = (await self.pool.fresh_snapshot()).as_dict()
         status["gate"] = self.gate.by_provider()  # Stream Evidence Gate counts (R-SEG-6)
         status["ttft"] = self.meter.latency.window.percentiles()  # R-OBS-3: last minutes
         status["revision"] = self.revision  # which revision this Edge runs (R-SCALE-3)

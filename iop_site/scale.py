@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -91,32 +92,88 @@ def alive_key(scale: ScaleSettings, edge_id: str) -> str:
     return f"{scale.prefix}:alive:{edge_id}"
 
 
+MIN_REDIS = (7, 0)  # the oldest Redis the engine's scripts and streams are run on
+REDIS_CHECK_TIMEOUT_S = 5.0
+
+
+def check_redis(scale: ScaleSettings) -> None:
+    """Refuse the start before anything is written or listens (R-SCALE-9) when the Redis at
+    IOP_REDIS_URL does not answer, is not a Redis, or is older than ``MIN_REDIS``."""
+    version = str(_ask_redis(scale, lambda client: client.info("server")).get("redis_version"))
+    parts = tuple(int(p) for p in re.findall(r"\d+", version)[:2])
+    if len(parts) < 2 or parts < MIN_REDIS:
+        raise ScaleOutRefused(
+            f"the Redis at IOP_REDIS_URL is version {version}; scale-out needs Redis "
+            f"{MIN_REDIS[0]}.{MIN_REDIS[1]} or newer: upgrade it, or point IOP_REDIS_URL at "
+            "another"
+        )
+
+
 def check_edge_id_free(scale: ScaleSettings, edge_id: str) -> None:
     """Refuse the start before anything listens when a live Edge already holds this id
     (its alive key exists); the engine's own claim at start is the final word."""
-    import redis
-
-    assert scale.redis_url is not None
-    client = redis.Redis.from_url(scale.redis_url, socket_timeout=5, socket_connect_timeout=5)
-    try:
-        taken = client.exists(alive_key(scale, edge_id))
-    except redis.RedisError as exc:
-        why = type(exc).__name__
-        if "CERTIFICATE_VERIFY_FAILED" in str(exc):  # rediss:// (docs/scale-out.md)
-            why = (
-                "TLS: certificate verify failed; name the CA that signed the server's "
-                "certificate with ?ssl_ca_certs=FILE in IOP_REDIS_URL"
-            )
-        raise ScaleOutRefused(
-            f"scale-out: Redis at IOP_REDIS_URL does not answer ({why})"
-        ) from None
-    finally:
-        client.close()
+    taken = _ask_redis(scale, lambda client: client.exists(alive_key(scale, edge_id)))
     if taken:
         raise ScaleOutRefused(
             f"another Edge with id {edge_id!r} is alive (Redis key {alive_key(scale, edge_id)}): "
             "give this Edge its own IOP_EDGE_ID / --edge-id, or stop the other one"
         )
+
+
+def _ask_redis(scale: ScaleSettings, ask: Callable[[Any], Any]) -> Any:
+    """One question to the Redis at IOP_REDIS_URL; ``ScaleOutRefused`` saying what is wrong."""
+    import redis
+
+    assert scale.redis_url is not None
+    client = redis.Redis.from_url(
+        scale.redis_url,
+        socket_timeout=REDIS_CHECK_TIMEOUT_S,
+        socket_connect_timeout=REDIS_CHECK_TIMEOUT_S,
+        retry_on_error=[],
+        decode_responses=True,
+    )
+    try:
+        return ask(client)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise ScaleOutRefused(_unreachable(exc)) from None
+    except redis.ResponseError as exc:
+        if "unknown command" not in str(exc).lower():
+            raise ScaleOutRefused(f"the Redis at IOP_REDIS_URL refused a check: {exc}") from None
+        raise ScaleOutRefused(  # HELLO is Redis 6's
+            f"the Redis at IOP_REDIS_URL is older than 6.0; scale-out needs Redis "
+            f"{MIN_REDIS[0]}.{MIN_REDIS[1]} or newer: upgrade it, or point IOP_REDIS_URL at another"
+        ) from None
+    except redis.RedisError as exc:
+        raise ScaleOutRefused(
+            f"IOP_REDIS_URL does not point at a Redis server ({type(exc).__name__}): check its "
+            "host and port"
+        ) from None
+    finally:
+        client.close()
+
+
+def _unreachable(exc: BaseException) -> str:
+    """The refusal for a Redis that cannot be used; never the URL (it may hold a password)."""
+    text = str(exc).lower()
+    if "certificate_verify_failed" in text:  # rediss:// (docs/scale-out.md)
+        return (
+            "Redis at IOP_REDIS_URL does not answer (TLS: certificate verify failed; name the "
+            "CA that signed the server's certificate with ?ssl_ca_certs=FILE in IOP_REDIS_URL)"
+        )
+    if "refused" in text or "111" in text or "name or service" in text:
+        return (
+            "Redis at IOP_REDIS_URL does not answer (connection refused): start it, or check "
+            "IOP_REDIS_URL's host and port"
+        )
+    if isinstance(exc, TimeoutError) or "timeout" in text or "timed out" in text:
+        return (
+            f"Redis at IOP_REDIS_URL did not answer within {REDIS_CHECK_TIMEOUT_S:.0f} s: is "
+            "that address a Redis server?"
+        )
+    return (
+        f"IOP_REDIS_URL does not point at a Redis server (the connection failed: "
+        f"{type(exc).__name__}): check its host and port"
+    )
 
 
 def build_pool(
@@ -150,10 +207,14 @@ def companions(runtime: EdgeRuntime, *, scale: ScaleSettings, edge_id: str) -> l
     from django.conf import settings
 
     from iop_site.revisions import RevisionWatcher
+    from pool.engine_redis import RedisPool
     from pool.http.limits_shared import SharedTokenLimiter
 
     assert scale.redis_url is not None
-    parts: list[Any] = [runtime.pool]
+    pool = runtime.pool
+    assert isinstance(pool, RedisPool)
+    pool.on_fenced = exit_fenced  # R-SCALE-4
+    parts: list[Any] = [pool]
     runtime.shared_limits = SharedTokenLimiter(  # R-SCALE-6: one count across every Edge
         scale.redis_url,
         prefix=scale.prefix,
@@ -174,10 +235,25 @@ def run_router(runtime: EdgeRuntime, *, scale: ScaleSettings, edge_id: str) -> R
     from nodes.remote import RunRouter
 
     assert scale.redis_url is not None
+    pool = runtime.pool
     return RunRouter(
         scale.redis_url,
         prefix=scale.prefix,
         edge_id=edge_id,
         local=runtime.hub,  # the owner side runs orders on this Edge's own sessions
         ttl_s=scale.lease_ttl_s,
+        fence=lambda: getattr(pool, "fence", None),  # claimed by the pool, started first
     )
+
+
+def exit_fenced() -> None:
+    """R-SCALE-4: another process took this Edge's id over (docs/scale-out.md, "Fencing").
+    This process exits at once with status 1, as a crash would: nothing of it may serve any
+    more, so its clients' connections break and its Nodes move to the next Edge; its leases
+    expire in Redis and the Edges serving its routed runs cancel them."""
+    sys.stderr.write(
+        "IOP Edge stopped: its Edge id was taken over by a newer process (fenced); "
+        "give each Edge process its own IOP_EDGE_ID\n"
+    )
+    sys.stderr.flush()
+    os._exit(1)

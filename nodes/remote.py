@@ -1,17 +1,21 @@
 """Runs between Edges over Redis streams (R-SCALE-2; docs/scale-out.md, "Run routing").
 
 A run leased on one Edge (the *requester*) whose Node is connected to another (the *owner*,
-named by ``{P}:node:{node_id}`` field ``edge``) travels as messages on two streams per Edge:
-``{P}:edge:{id}:runs`` (orders, body parts, credit and cancels, read by the owner) and
-``{P}:edge:{id}:replies`` (output and the end, read by the requester). One reader task per
-Edge blocks on both. The requester reads an ordinary ``RunChannel``; the owner runs the order
-on its local session through ``LocalRuns`` without touching its pool (the lease stays the
-requester's). Flow is bounded end to end: the owner relays at most ``window`` characters
-(``REMOTE_WINDOW_CHARS`` when the run has none) not yet credited back by the requester, and
-asks the Node for no more than that (R-IN-5). A peer Edge whose ``{P}:alive:{id}`` key is
-gone is dead: its runs fail with ``node_gone`` (requester side) or are cancelled on the Node
-(owner side) within ``ttl_s + check_s``. A failed read, or Redis silent for ``lost_after_s``:
-every routed run ends with ``relay_unavailable``. No Django here.
+named by ``{P}:node:{node_id}`` fields ``edge`` and ``fence``) travels as messages on two
+streams per Edge process: ``{P}:edge:{id}:{fence}:runs`` (orders, body parts, credit and
+cancels, read by the owner) and ``{P}:edge:{id}:{fence}:replies`` (output and the end, read by
+the requester). One reader task per process blocks on both. The requester reads an ordinary
+``RunChannel``; the owner runs the order on its local session through ``LocalRuns`` without
+touching its pool (the lease stays the requester's). Flow is bounded end to end: the owner
+relays at most ``window`` characters (``REMOTE_WINDOW_CHARS`` when the run has none) not yet
+credited back by the requester, and asks the Node for no more than that (R-IN-5).
+
+A process is (id, fence) (R-SCALE-4): a peer is alive while ``{P}:alive:{id}`` holds its
+fence. A dead one (its key gone, or the id taken over by a newer process) has its runs failed
+with ``node_gone`` (requester side) or cancelled on the Node (owner side) within
+``ttl_s + check_s``; an order of a process that is not alive is refused. A failed read, or
+Redis silent for ``lost_after_s``: every routed run ends with ``relay_unavailable``. No Django
+here.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ READ_BLOCK_MS = 1000
 MAX_SERVED_RUNS = 10_000  # runs (or bodies still arriving) served here for other Edges
 READ_COUNT = 200
 MAX_BODY_PARTS = wire.MAX_BODY_CHARS // wire.MAX_EVENT_DATA_CHARS  # R-IN-2's bound, in parts
+NO_FENCE = "1"  # the fence of a router given none (no pool engine: the tests' own alive keys)
 
 
 class RelayUnavailable(NodeUnavailable):
@@ -83,8 +88,22 @@ class LocalRuns(Protocol):
 class _Requested:
     channel: RunChannel
     owner: str
+    owner_fence: str
     sent_at: float  # monotonic: an order nobody took within ``ttl_s`` fails (retryable)
     taken: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """A run served here for another Edge process: (requester id, its fence, run id)."""
+
+    edge: str
+    fence: str
+    run_id: str
+
+    @property
+    def requester(self) -> tuple[str, str]:
+        return (self.edge, self.fence)
 
 
 @dataclass(eq=False)
@@ -108,6 +127,7 @@ class RunRouter:
         local: LocalRuns,
         ttl_s: float = 10.0,
         read_block_ms: int = READ_BLOCK_MS,
+        fence: Callable[[], str | None] | None = None,
     ) -> None:
         self._own_client = isinstance(redis, str)
         self._redis = (
@@ -130,9 +150,11 @@ class RunRouter:
         # An idle blocked XREAD answers every read_block_ms: silence past this is a lost Redis.
         self.lost_after_s = ttl_s + read_block_ms / 1000
         self._stopping = False
+        self._fence_of = fence  # read at start: the pool engine claims the id first
+        self.fence = NO_FENCE
         self._local = local
         self._requested: dict[str, _Requested] = {}
-        self._served: dict[tuple[str, str], _Served] = {}  # (requester, run id)
+        self._served: dict[Served, _Served] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loops: list[asyncio.Task[None]] = []
         self._last_ok = time.monotonic()
@@ -140,14 +162,16 @@ class RunRouter:
         # Managed mode: issues envelopes for runs routed to this Edge's Nodes (R-SCALE-7).
         self.issuer: Issuer | None = None
 
-    def _key(self, edge_id: str, kind: str) -> str:
-        return f"{self.prefix}:edge:{edge_id}:{kind}"
+    def _key(self, edge_id: str, fence: str, kind: str) -> str:
+        return f"{self.prefix}:edge:{edge_id}:{fence}:{kind}"
 
     async def start(self) -> None:
-        """Read from the current end of this Edge's streams (what is there is stale)."""
+        """Read from the current end of this process's streams (what is there is stale)."""
+        if self._fence_of is not None:
+            self.fence = self._fence_of() or NO_FENCE
         ids: list[Any] = []
         for kind in ("runs", "replies"):
-            last = await self._redis.xrevrange(self._key(self.edge_id, kind), count=1)
+            last = await self._redis.xrevrange(self._key(self.edge_id, self.fence, kind), count=1)
             ids.append(last[0][0] if last else "0-0")
         self._last_ok = time.monotonic()
         loop = asyncio.get_running_loop()
@@ -177,20 +201,21 @@ class RunRouter:
         if spec.seal is not None and spec.grant is None:
             raise NodeUnavailable(f"{node_id}: a managed-mode run needs its slot grant to route")
         try:
-            owner = await self._owner_of(
+            found = await self._owner_of(
                 keys=[f"{self.prefix}:node:{node_id}"], args=[f"{self.prefix}:alive:"]
             )
         except RedisError as exc:
             raise RelayUnavailable(f"{node_id}: Redis unreachable ({type(exc).__name__})") from None
-        if not owner or owner.decode() == self.edge_id:
+        if not found or _text(found[0]) == self.edge_id:
             raise NodeUnavailable(node_id)
-        owner = owner.decode()
+        owner, owner_fence = str(_text(found[0])), str(_text(found[1]))
         window = window or REMOTE_WINDOW_CHARS
         body = spec.body.decode()
         parts = wire.split(body) if len(body) > wire.SPLIT_BODY_BYTES else []
         order = Open(
             run_id=run_id,
             reply_to=self.edge_id,
+            fence=self.fence,
             node_id=node_id,
             provider_id=provider_id,
             operation=spec.operation,
@@ -204,21 +229,24 @@ class RunRouter:
             traceparent=spec.traceparent,
             grant=spec.grant,  # the Edge holding the Node issues the envelope (R-SCALE-7)
         )
-        messages: list[Msg] = [Part(run_id=run_id, reply_to=self.edge_id, data=p) for p in parts]
+        messages: list[Msg] = [
+            Part(run_id=run_id, reply_to=self.edge_id, fence=self.fence, data=p) for p in parts
+        ]
+        to = (owner, owner_fence)
 
         def grant(chars: int) -> None:
-            self._spawn(self._send(owner, "runs", Credit(run_id, self.edge_id, chars)))
+            self._spawn(self._send(to, "runs", Credit(run_id, self.edge_id, self.fence, chars)))
 
         channel = RunChannel(run_id, node_id, window, grant, request_id=spec.request_id)
-        self._requested[run_id] = _Requested(channel, owner, time.monotonic())
+        self._requested[run_id] = _Requested(channel, owner, owner_fence, time.monotonic())
         try:
-            await self._send(owner, "runs", *messages, order)
+            await self._send(to, "runs", *messages, order)
         except RedisError as exc:
             del self._requested[run_id]
             raise RelayUnavailable(f"{node_id}: Redis unreachable ({type(exc).__name__})") from None
         except BaseException:
             self._requested.pop(run_id, None)
-            self._spawn(self._send(owner, "runs", Cancel(run_id, self.edge_id)))
+            self._spawn(self._send(to, "runs", Cancel(run_id, self.edge_id, self.fence)))
             raise
         return channel
 
@@ -229,7 +257,8 @@ class RunRouter:
         if requested is None or requested.channel is not channel:
             return False
         del self._requested[channel.run_id]
-        self._spawn(self._send(requested.owner, "runs", Cancel(channel.run_id, self.edge_id)))
+        to = (requested.owner, requested.owner_fence)
+        self._spawn(self._send(to, "runs", Cancel(channel.run_id, self.edge_id, self.fence)))
         return True
 
     def _on_reply(self, message: Msg) -> None:
@@ -256,7 +285,7 @@ class RunRouter:
     def _on_order(self, message: Msg) -> None:
         if not isinstance(message, Open | Part | Credit | Cancel):
             return
-        key = (message.reply_to, message.run_id)
+        key = Served(message.reply_to, message.fence, message.run_id)
         served = self._served.get(key)
         if isinstance(message, Part):
             if served is None:
@@ -271,20 +300,20 @@ class RunRouter:
             elif served.task is not None:
                 return  # a duplicate
             served.task = self._spawn(self._serve(key, served, message))
-            self._spawn(self._send(message.reply_to, "replies", Taken(message.run_id)))
+            self._spawn(self._send(key.requester, "replies", Taken(message.run_id)))
         elif served is not None and isinstance(message, Credit):
             served.in_flight -= message.chars
             served.credited.set()
         elif served is not None and isinstance(message, Cancel):
             self._stop(key, served)
 
-    def _stop(self, key: tuple[str, str], served: _Served) -> None:
+    def _stop(self, key: Served, served: _Served) -> None:
         self._served.pop(key, None)
         if served.task is not None:
             served.task.cancel()
 
-    async def _serve(self, key: tuple[str, str], served: _Served, order: Open) -> None:
-        requester, run_id = key
+    async def _serve(self, key: Served, served: _Served, order: Open) -> None:
+        requester, run_id = key.requester, key.run_id
         # R-OBS-1: this task's log lines name the request (its own task: nothing leaks)
         REQUEST_ID.set(order.request_id[:MAX_REQUEST_ID_CHARS])
         RUN_ID.set(run_id[:64])
@@ -295,6 +324,8 @@ class RunRouter:
         try:
             if not whole:
                 raise NodeUnavailable("the run's body did not arrive whole")
+            if not await self._alive(key.requester):
+                raise NodeUnavailable("the requesting Edge process is not alive (R-SCALE-4)")
             spec = RunOrder(
                 tunnel=order.tunnel,
                 operation=order.operation,
@@ -322,7 +353,7 @@ class RunRouter:
                                     phase=wire.PHASE_CONNECT)  # fmt: skip
             await self._send(requester, "replies", End(run_id, False, refused))
         except RedisError as exc:
-            log.warning("run %s for Edge %s not relayed: %s", run_id, requester, exc)
+            log.warning("run %s for Edge %s not relayed: %s", run_id, requester[0], exc)
             # Output was lost: the run ends here. Say so once more on a fresh connection (a
             # stale one after a Redis restart fails once), else the requester would wait on a
             # live owner for ever; if Redis is still away its own reader fails the run.
@@ -343,7 +374,7 @@ class RunRouter:
         return self.issuer(order.grant, order.provider_id)
 
     async def _relay(
-        self, requester: str, served: _Served, order: Open, channel: RunChannel
+        self, requester: tuple[str, str], served: _Served, order: Open, channel: RunChannel
     ) -> None:
         """Forward the local run's output within the requester's credit: what is queued goes
         in one message, split where the room ends (as a Node splits at its credit), so a
@@ -378,8 +409,8 @@ class RunRouter:
 
     # --- Redis -------------------------------------------------------------------------------
 
-    async def _send(self, edge_id: str, kind: str, *messages: Msg) -> None:
-        key = self._key(edge_id, kind)
+    async def _send(self, to: tuple[str, str], kind: str, *messages: Msg) -> None:
+        key = self._key(*to, kind)
         async with self._redis.pipeline(transaction=False) as pipe:
             for message in messages:
                 pipe.xadd(key, {"m": encode(message)}, maxlen=STREAM_MAXLEN, approximate=True)
@@ -387,8 +418,9 @@ class RunRouter:
             await pipe.execute()
 
     async def _read(self, runs_id: Any, replies_id: Any) -> None:
-        orders = self._key(self.edge_id, "runs")
-        streams: dict[Any, Any] = {orders: runs_id, self._key(self.edge_id, "replies"): replies_id}
+        orders = self._key(self.edge_id, self.fence, "runs")
+        replies = self._key(self.edge_id, self.fence, "replies")
+        streams: dict[Any, Any] = {orders: runs_id, replies: replies_id}
         while not self._stopping:
             try:
                 reply: Any = await self._reader.xread(
@@ -421,25 +453,21 @@ class RunRouter:
         unreachable."""
         while True:
             await asyncio.sleep(self.check_s)
-            if time.monotonic() - self._last_ok > self.lost_after_s:
+            if time.monotonic() - self._last_ok > self.lost_after_s and not await self._answers():
                 self._fail_all("relay_unavailable", "run routing between Edges lost Redis")
                 continue
             self._fail_untaken()
-            peers = {r.owner for r in self._requested.values()} | {k[0] for k in self._served}
+            peers = self._peers()
             if not peers:
                 continue
-            names = sorted(peers)
+            names = sorted({edge for edge, _ in peers})
             try:
-                alive = await self._redis.exists(*(f"{self.prefix}:alive:{p}" for p in names))
-                if alive == len(names):
-                    continue
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    for peer in names:
-                        pipe.exists(f"{self.prefix}:alive:{peer}")
-                    found = await pipe.execute()
+                found = await self._redis.mget([f"{self.prefix}:alive:{p}" for p in names])
             except RedisError:
                 continue  # the read loop's clock decides when Redis is gone
-            dead = {peer for peer, there in zip(names, found, strict=True) if not there}
+            holds = {name: _text(v) for name, v in zip(names, found, strict=True)}
+            # Dead: the alive key is gone, or names another process of that id (R-SCALE-4).
+            dead = {peer for peer in peers if holds[peer[0]] != peer[1]}
             self._drop(dead, "node_gone", "the Edge holding the node stopped answering")
 
     def _fail_untaken(self) -> None:
@@ -456,19 +484,38 @@ class RunRouter:
                 )
                 requested.channel.finish(wire.RunEnd(run_id, False, error))
 
-    def _drop(self, dead: set[str], code: str, message: str) -> None:
+    async def _answers(self) -> bool:
+        """Whether Redis answers now: a late reader (a paused process, a slow loop) is not a
+        lost Redis."""
+        try:
+            async with asyncio.timeout(self.check_s):
+                await self._redis.ping()
+        except (RedisError, TimeoutError):
+            return False
+        return True
+
+    async def _alive(self, peer: tuple[str, str]) -> bool:
+        """Whether the process ``peer`` (id, fence) holds its id (R-SCALE-4)."""
+        return _text(await self._redis.get(f"{self.prefix}:alive:{peer[0]}")) == peer[1]
+
+    def _peers(self) -> set[tuple[str, str]]:
+        """The processes (id, fence) this one has routed runs with."""
+        return {(r.owner, r.owner_fence) for r in self._requested.values()} | {
+            key.requester for key in self._served
+        }
+
+    def _drop(self, dead: set[tuple[str, str]], code: str, message: str) -> None:
         for run_id, requested in list(self._requested.items()):
-            if requested.owner in dead:
+            if (requested.owner, requested.owner_fence) in dead:
                 del self._requested[run_id]
                 requested.channel.fail(code, message)
         for key, served in list(self._served.items()):
-            if key[0] in dead:
-                log.warning("run %s for Edge %s cancelled: %s", key[1], key[0], message)
+            if key.requester in dead:
+                log.warning("run %s for Edge %s cancelled: %s", key.run_id, key.edge, message)
                 self._stop(key, served)
 
     def _fail_all(self, code: str, message: str) -> None:
-        peers = {r.owner for r in self._requested.values()} | {k[0] for k in self._served}
-        self._drop(peers, code, message)
+        self._drop(self._peers(), code, message)
 
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
@@ -482,9 +529,14 @@ class RunRouter:
             log.warning("run routing message not delivered: %s", type(task.exception()).__name__)
 
 
-# The Edge holding a Node, when that Edge is alive: one round trip at open.
+def _text(value: bytes | str | None) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+# The process (Edge id, fence) holding a Node, while its id's alive key holds that fence (the
+# process is alive and its id was not taken over, R-SCALE-4): one round trip at open.
 _OWNER_OF = """
-local edge = redis.call('HGET', KEYS[1], 'edge')
-if edge and redis.call('EXISTS', ARGV[1] .. edge) == 1 then return edge end
+local v = redis.call('HMGET', KEYS[1], 'edge', 'fence')
+if v[1] and v[2] and redis.call('GET', ARGV[1] .. v[1]) == v[2] then return {v[1], v[2]} end
 return false
 """

@@ -1,8 +1,9 @@
 """The messages of run routing between Edges (docs/scale-out.md, "Run routing").
 
 One JSON message per Redis stream entry (field ``m``), tagged by ``t``. Orders, body parts,
-credit and cancels go to the owner's ``{P}:edge:{id}:runs``; ``taken``, output and the end go
-to the requester's ``{P}:edge:{id}:replies``. No Django here.
+credit and cancels go to the owner's ``{P}:edge:{id}:{fence}:runs``; ``taken``, output and
+the end go to the requester's ``{P}:edge:{id}:{fence}:replies``: a stream belongs to one
+process of an Edge id (R-SCALE-4). No Django here.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ class Msg(msgspec.Struct, tag_field="t", forbid_unknown_fields=True, omit_defaul
 
 class Open(Msg, tag="open"):
     reply_to: str
+    fence: str  # the requester's process (R-SCALE-4)
     node_id: str
     provider_id: str
     operation: str
@@ -35,16 +37,19 @@ class Open(Msg, tag="open"):
 
 class Part(Msg, tag="part"):
     reply_to: str
+    fence: str  # the requester's process (R-SCALE-4)
     data: str
 
 
 class Credit(Msg, tag="credit"):
     reply_to: str
+    fence: str  # the requester's process (R-SCALE-4)
     chars: int
 
 
 class Cancel(Msg, tag="cancel"):
     reply_to: str
+    fence: str  # the requester's process (R-SCALE-4)
 
 
 class Taken(Msg, tag="taken"):

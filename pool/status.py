@@ -22,7 +22,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from edgekit.http import error_body
 from edgekit.running import get_runtime
+from pool.engine import PoolBackendUnavailable
 from pool.gate.counters import OUTCOMES
 from pool.metering.latency import WINDOW_S as TTFT_WINDOW_S
 
@@ -32,16 +34,27 @@ POLL_INTERVAL_MS = 1000
 
 
 async def _snapshot_on_loop() -> dict[str, Any]:
-    return get_runtime().pool_status()
+    return await get_runtime().pool_status()
 
 
 def read_snapshot() -> dict[str, Any]:
-    """The pool snapshot as a dict, taken on the event loop that owns the pool.
+    """The pool snapshot as a dict, taken on the event loop that owns the pool, at most the
+    engine's stated age old (R-SCALE-8; ``PoolBackendUnavailable`` otherwise).
 
     Sync views run in a worker thread; reading the pool there could race with a decision on
     the loop, so the read hops back to the loop (asgiref runs it on the outer loop).
     """
     return async_to_sync(_snapshot_on_loop)()
+
+
+def unavailable() -> JsonResponse:
+    """503 ``pool_unavailable``: the shared pool cannot be read within its age bound."""
+    body = error_body(
+        "pool_unavailable", "the shared provider pool cannot be read now", type="server_error"
+    )
+    response = JsonResponse(body, status=503)
+    response["Retry-After"] = "1"
+    return response
 
 
 def provider_state(row: Mapping[str, Any]) -> str:
@@ -176,15 +189,22 @@ class PoolSnapshotView(APIView):
     permission_classes = [IsAdminUser]
 
     @extend_schema(responses=PoolSnapshotSerializer, summary="Pool snapshot")
-    def get(self, request: Request) -> Response:
-        return Response(read_snapshot())
+    def get(self, request: Request) -> Response | JsonResponse:
+        try:
+            return Response(read_snapshot())
+        except PoolBackendUnavailable:
+            return unavailable()
 
 
 def _status_page(request: HttpRequest) -> HttpResponse:
+    try:
+        snapshot = read_snapshot()
+    except PoolBackendUnavailable:
+        return unavailable()
     context = {
         **admin.site.each_context(request),
         "title": "Pool status",
-        "status": status_view(read_snapshot()),
+        "status": status_view(snapshot),
         "states": STATES,
         "poll_interval_ms": POLL_INTERVAL_MS,
     }
@@ -192,7 +212,10 @@ def _status_page(request: HttpRequest) -> HttpResponse:
 
 
 def _status_json(request: HttpRequest) -> JsonResponse:
-    return JsonResponse(status_view(read_snapshot()))
+    try:
+        return JsonResponse(status_view(read_snapshot()))
+    except PoolBackendUnavailable:
+        return unavailable()
 
 
 # Staff only, never cached; a signed-out browser is sent to the admin login.

@@ -164,7 +164,7 @@ async def _router_case(
     from catalog.config import load_snapshot
     from nodes import wire
     from nodes.hub import NodeHub
-    from nodes.remote import RunRouter
+    from nodes.remote import NO_FENCE, RunRouter
     from nodes.runs import RunOrder
     from pool.engine import Lease, ProviderPool
     from pool.policy import policy_from_snapshot
@@ -190,8 +190,8 @@ async def _router_case(
     ready = wire.Ready(generation=response.generation, revision=response.payload.revision)
     await hubs[1].receive(session, wire.encode(ready))
     for name in "ab":
-        await client.set(f"{prefix}:alive:edge-{name}", "1", px=600_000)
-    await client.hset(f"{prefix}:node:node-a", mapping={"edge": "edge-b"})
+        await client.set(f"{prefix}:alive:edge-{name}", NO_FENCE, px=600_000)
+    await client.hset(f"{prefix}:node:node-a", mapping={"edge": "edge-b", "fence": NO_FENCE})
     for router in routers:
         await router.start()
     lease = Lease(request_id=1, node_id="node-a", provider_id="cli-a", model="echo", long=False)

@@ -209,6 +209,39 @@ async def test_r_health_2_an_ejection_made_on_one_edge_holds_on_the_other() -> N
             a.release(lease)
 
 
+async def test_r_health_2_a_trial_that_succeeded_and_is_released_at_once_restores_the_row() -> None:
+    """R-HEALTH-2: the trial's ``succeeded`` and its release go in one call (the writer folds
+    them): the row is healthy again, its failures 0, the lease back, the change announced;
+    a success followed by another lease's release is not folded and counts the same."""
+    async with edges() as group:
+        a = await group.start(policy(prov("p1", cap=2)), "edge-a")
+        announced: list[bool] = []
+        a.on_health_change = lambda: announced.append(True)
+        a.node_ready("n1", 1)
+        first = await a.acquire("m")
+        a.failed(first, "upstream answered HTTP 429", retry_after_s=0)
+        a.release(first)
+        await a.flush()
+        a.wake()
+        await a.flush()
+        trial = await a.acquire("m")
+        announced.clear()
+        a.succeeded(trial)
+        a.release(trial)  # the same tick: one ``release +`` call
+        await a.flush()
+        row = (await a.fetch_snapshot()).providers[0]
+        assert (row.health, row.consecutive_failures, row.in_flight) == ("healthy", 0, 0)
+        assert announced
+        one, two = await a.acquire("m"), await a.acquire("m")
+        a.failed(one, "upstream answered HTTP 500")
+        a.release(one)
+        a.succeeded(two)
+        a.release(two)
+        await a.flush()
+        row = (await a.fetch_snapshot()).providers[0]
+        assert (row.consecutive_failures, row.in_flight) == (0, 0)
+
+
 async def test_r_scale_2_an_older_policy_version_never_overwrites_a_newer_one() -> None:
     async with edges() as group:
         newer = policy(prov("p1", cap=3), version=5)
@@ -228,6 +261,44 @@ async def test_r_scale_2_a_second_live_edge_with_the_same_id_is_refused_at_start
         await group.start(policy(prov("p1")), "edge-a")
         with pytest.raises(EdgeIdInUse):
             await group.start(policy(prov("p1")), "edge-a")
+
+
+async def test_r_scale_4_a_process_whose_id_was_taken_over_is_fenced() -> None:
+    """R-SCALE-4: Edge A's alive key expires (a paused process), a new process claims the id
+    with a newer fence; the old one's next renewal is refused whole: it is told once, holds
+    nothing, admits nothing, and its leases stay counted in Redis only until they expire."""
+    import redis.asyncio as aioredis
+
+    from pool.engine import PoolBackendUnavailable
+
+    async with edges() as group:
+        pol = policy(prov("p1", cap=1))
+        old = await group.start(pol, "edge-a")
+        old.node_ready("n1", 1)
+        held = await old.acquire("m")
+        client = aioredis.Redis.from_url(group.url, decode_responses=True)
+        alive = f"{group.prefix}:alive:edge-a"
+        try:
+            assert await client.get(alive) == old.fence
+            await client.delete(alive)  # as if its TTL ran out while the process was paused
+            new = await group.start(pol, "edge-a")
+            assert new.fence is not None and int(new.fence) > int(old.fence or 0)
+            assert await client.get(alive) == new.fence
+            told: list[bool] = []
+            old.on_fenced = lambda: told.append(True)
+            old.renew()
+            await old.flush()
+            assert told == [True] and old.fenced and not old.reachable
+            with pytest.raises(PoolBackendUnavailable):
+                await old.acquire("m")
+            old.release(held)  # nothing of the fenced process reaches Redis
+            await old.flush()
+            assert await client.get(alive) == new.fence  # its renewal did not take the key
+            snap = await new.fetch_snapshot()
+            assert snap.providers[0].in_flight == 1  # until the lease expires by TTL
+            assert new.reachable and not new.fenced
+        finally:
+            await client.aclose()
 
 
 async def test_r_pool_9_a_waiter_cancelled_as_it_is_granted_releases_its_lease() -> None:
@@ -267,3 +338,96 @@ async def test_r_pool_9_a_cancelled_waiter_leaves_the_queue_at_once() -> None:
         await a.fetch_snapshot()
         assert a.queued_by("tok") == 0
         a.release(held)
+
+
+async def test_r_scale_8_a_read_of_the_shared_pool_is_never_older_than_its_bound() -> None:
+    """R-SCALE-8: Edge A read in_flight 2; Edge B releases both leases. Within the bound A
+    answers its view (it may be that old); past it, A reads Redis first: 0, never the old 2."""
+    from pool.engine_redis.pool import VIEW_MAX_AGE_S
+    from tests.support.clock import Clock
+
+    clock = Clock()
+    async with edges() as group:
+        pol = policy(prov("p1", cap=2))
+        a = await group.start(pol, "edge-a", clock=clock)
+        b = await group.start(pol, "edge-b")
+        b.node_ready("n1", 1)
+        leases = [await b.acquire("m"), await b.acquire("m")]
+        assert (await a.fresh_snapshot()).providers[0].in_flight == 2
+        for lease in leases:
+            b.release(lease)
+        await b.flush()
+        clock.now += VIEW_MAX_AGE_S / 2
+        assert (await a.fresh_snapshot()).providers[0].in_flight == 2  # within the bound
+        clock.now += VIEW_MAX_AGE_S / 2
+        assert (await a.fresh_snapshot()).providers[0].in_flight == 0  # read first
+
+
+async def test_the_scripts_touch_no_key_or_channel_outside_the_prefix(caplog) -> None:
+    """Every script, run as a Redis ACL user allowed only ``{prefix}:*`` keys and channels
+    (what a shared Redis gives each deployment): admissions, a waiter granted across Edges,
+    health, renewal, sweep and the snapshot all run; a key outside is refused."""
+    import secrets
+
+    import redis.asyncio as aioredis
+    from redis.exceptions import NoPermissionError
+
+    from tests.support.redis_pool import REDIS_URL
+
+    admin = aioredis.Redis.from_url(REDIS_URL)
+    user, password = f"iop-test-{secrets.token_hex(4)}", secrets.token_hex(8)
+    try:
+        async with edges() as group:
+            await admin.execute_command(
+                "ACL", "SETUSER", user, "on", f">{password}", "resetkeys", f"~{group.prefix}:*",
+                "resetchannels", f"&{group.prefix}:*", "+@all",
+            )  # fmt: skip
+            group.url = f"redis://{user}:{password}@{REDIS_URL.split('://', 1)[1]}"
+            restricted = await group.start(policy(prov("p1", cap=1)), "edge-a")
+            other = await group.start(policy(prov("p1", cap=1)), "edge-b")
+            restricted.node_ready("n1", 1)
+            held = await restricted.acquire("m")
+            waiting = asyncio.create_task(other.acquire("m"))
+            await queued(restricted, 1)
+            restricted.failed(held, "upstream_error")
+            restricted.release(held)
+            lease = await asyncio.wait_for(waiting, 5)
+            other.succeeded(lease)
+            other.release(lease)
+            for pool in (restricted, other):
+                pool.renew()
+                pool.sweep()
+                await pool.flush()
+            assert (await restricted.fetch_snapshot()).providers[0].in_flight == 0
+            assert restricted.reachable and other.reachable
+            refused = [r for r in caplog.records if "NOPERM" in r.getMessage() + str(r.exc_info)]
+            assert not [r for r in caplog.records if r.name == "iop.pool.redis"] + refused
+            client = aioredis.Redis.from_url(group.url)
+            try:
+                with pytest.raises(NoPermissionError):
+                    await client.set("outside-the-prefix", "1")
+            finally:
+                await client.aclose()
+    finally:
+        await admin.execute_command("ACL", "DELUSER", user)
+        await admin.aclose()
+
+
+def test_a_success_and_the_release_of_its_lease_are_folded_into_one_call() -> None:
+    from pool.engine_redis import wire
+    from pool.engine_redis.jobs import Job
+
+    ok, release = Job("health", ["ok", "5", "n1", "p1"]), Job("release", ["5"])
+    assert wire.fold([ok, release]) == [("release", ["+", "5", "n1", "p1"], [0, 1])]
+    other = Job("release", ["6"])
+    assert [c[0] for c in wire.fold([ok, other, release])] == ["health", "release", "release"]
+    folded = wire.fold([Job("admit", ["m"]), ok, release])
+    answers = wire.unfold(
+        folded,
+        [
+            '{"e": "1", "info": [], "ev": [], "r": 0}',
+            '{"e": "1", "info": [["healthy", "p1", "probing", 0, "x"]], "ev": [], "r": 1}',
+        ],
+        3,
+    )
+    assert answers[1].endswith('"r": 1}') and '"info": []' in answers[2]

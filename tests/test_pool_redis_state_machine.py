@@ -102,11 +102,23 @@ class RedisPoolMachine(base.PoolMachine):
             background=False,  # the machine fires every timer itself
         )
         self.pool.time_override = lambda: BASE_MS + round(self.now * 1000)
+        # A second Edge, only to hold Nodes: locality (R-SCALE-5) prefers edge-a's own.
+        self.other = RedisPool(
+            base.INITIAL,
+            redis_url=REDIS_URL,
+            prefix=self.prefix,
+            edge_id="edge-b",
+            lease_ttl_s=3600.0,
+            background=False,
+        )
+        self.other.time_override = self.pool.time_override
+        self.other_gen = 0
         self.completed: list[tuple[int, asyncio.Task[Lease]]] = []
         self.admitting: int | None = None
         self.snap = PoolSnapshot((), 0, 0.0)
         self.now = 0.0
         self.loop.run_until_complete(self.pool.start())
+        self.loop.run_until_complete(self.other.start())
         super().__init__()
         self.core = _RedisCore(self)  # type: ignore[assignment]
         for node in base.NODES:
@@ -149,6 +161,20 @@ class RedisPoolMachine(base.PoolMachine):
     def compare(self) -> None:
         assert self.step_events == self.ref.events
         self.step_events, self.ref.events = [], []
+
+    # --- rules of this machine only -------------------------------------------------------
+
+    @rule(node=st.sampled_from(base.NODES))
+    def node_ready_on_another_edge(self, node: str) -> None:
+        """R-SCALE-5: the Node connects to edge-b: its providers stay live for edge-a's
+        requests, which prefer edge-a's own Nodes among equals."""
+        self.other_gen += 1
+        self.other.node_ready(node, self.other_gen)
+        self.loop.run_until_complete(self.other.flush())
+        self.ref.node_ready_elsewhere(node)
+        self.pool.renew()  # edge-a reads its waiters' fates decided by edge-b's script
+        self.settle()
+        self.compare()
 
     # --- rules that differ ----------------------------------------------------------------
 
@@ -234,6 +260,8 @@ class RedisPoolMachine(base.PoolMachine):
         finally:
             with contextlib.suppress(Exception):
                 self.loop.run_until_complete(self.pool.aclose())
+            with contextlib.suppress(Exception):
+                self.loop.run_until_complete(self.other.aclose())
             self.loop.close()
             drop_keys(REDIS_URL, self.prefix)
 

@@ -78,6 +78,7 @@ class RefPool:
     picks: int = 0
     ready: dict[str, int] = field(default_factory=dict)
     gone: dict[str, int] = field(default_factory=dict)
+    elsewhere: set[str] = field(default_factory=set)  # ready on another Edge (R-SCALE-5)
     waiters: list[RefWaiter] = field(default_factory=list)
     events: list[tuple[object, ...]] = field(default_factory=list)
     health: dict[Key, RefHealth] = field(default_factory=dict)
@@ -91,8 +92,11 @@ class RefPool:
     def hp(self, p: PoolProvider) -> RefHealth:
         return self.health[(p.node_id, p.provider_id)]
 
+    def online(self, node: str) -> bool:
+        return node in self.ready or node in self.elsewhere
+
     def live(self, p: PoolProvider) -> bool:
-        ready = p.enabled and p.capacity >= 1 and p.node_id in self.ready
+        ready = p.enabled and p.capacity >= 1 and self.online(p.node_id)
         return ready and self.hp(p).state != "ejected"
 
     def candidates(
@@ -121,9 +125,10 @@ class RefPool:
             limit = 0 if h.state == "probing" and h.trial is not None else p.capacity
             return f < limit and (not long or lf < p.long_capacity)
 
-        def rank(p: PoolProvider) -> tuple[int, int, int, str, str]:
+        def rank(p: PoolProvider) -> tuple[int, int, bool, int, str, str]:
             key = (p.node_id, p.provider_id)
-            return (self.flight(p)[0], p.priority, self.last_pick.get(key, 0), *key)
+            remote = p.node_id in self.elsewhere  # R-SCALE-5: this Edge's Nodes first
+            return (self.flight(p)[0], p.priority, remote, self.last_pick.get(key, 0), *key)
 
         return min((p for p in cands if has_room(p)), key=rank, default=None)
 
@@ -300,6 +305,13 @@ class RefPool:
         if (node in self.gone and gen <= self.gone[node]) or gen < self.ready.get(node, gen):
             return
         self.ready[node] = gen
+        self.elsewhere.discard(node)  # the newest ready wins, whichever Edge it is on
+        self.strand()
+        self.pump()
+
+    def node_ready_elsewhere(self, node: str) -> None:
+        """The Node connected to another Edge (R-SCALE-2): still live, not local."""
+        self.elsewhere.add(node)
         self.strand()
         self.pump()
 
@@ -624,7 +636,7 @@ class PoolMachine(RuleBasedStateMachine):
         for row in snap.providers:
             p = ref.provider(row.provider_id)
             assert p is not None and row.capacity == p.capacity and row.priority == p.priority
-            online = row.node_id in ref.ready
+            online = ref.online(row.node_id)
             f, lf = ref.counts.get((row.node_id, row.provider_id), [0, 0])
             queued = sum(
                 p in ref.candidates(w.model, w.needs, w.long, w.exclude) for w in ref.waiters

@@ -35,8 +35,9 @@ async def edges(transactional_db):
         await runtime.aclose()
 
 
-def capacity(runtime: EdgeRuntime, provider_id: str = "vllm-local") -> int:
-    row = next(p for p in runtime.pool_status()["providers"] if p["provider_id"] == provider_id)
+async def capacity(runtime: EdgeRuntime, provider_id: str = "vllm-local") -> int:
+    status = await runtime.pool_status()
+    row = next(p for p in status["providers"] if p["provider_id"] == provider_id)
     return int(row["capacity"])
 
 
@@ -51,7 +52,7 @@ async def apply_on(runtime: EdgeRuntime, capacity: int) -> services.Outcome:
 async def test_both_edges_start_on_the_one_active_revision(edges):
     first, second = edges
     assert first.revision is not None and first.revision == second.revision
-    assert first.pool_status()["revision"] == first.revision
+    assert (await first.pool_status())["revision"] == first.revision
 
 
 async def test_an_apply_on_one_edge_is_installed_by_the_other_at_its_next_look_r_scale_3(edges):
@@ -60,9 +61,9 @@ async def test_an_apply_on_one_edge_is_installed_by_the_other_at_its_next_look_r
     assert await watcher.check() is False  # nothing new yet
     outcome = await apply_on(first, 9)
     assert outcome.status == 200 and first.revision == outcome.revision.pk
-    assert capacity(second) != 9
+    assert await capacity(second) != 9
     assert await watcher.check() is True
-    assert second.revision == first.revision and capacity(second) == 9
+    assert second.revision == first.revision and await capacity(second) == 9
     assert second.snapshot.digest == first.snapshot.digest
     assert await watcher.check() is False  # installed once
 
@@ -88,7 +89,7 @@ async def test_a_local_apply_during_the_look_wins_over_what_was_read(edges):
     await apply_on(first, 5)
     await apply_on(second, 6)  # second applies on top of first's revision
     followed = await second.follow(first.snapshot, revision=first.revision, seen=seen)
-    assert followed is None and capacity(second) == 6
+    assert followed is None and await capacity(second) == 6
     assert await RevisionWatcher(second, poll_s=1.0).check() is False
 
 

@@ -25,7 +25,7 @@ from catalog.config import load_snapshot
 from nodes import wire
 from nodes.envelope import SlotGrant
 from nodes.hub import NodeHub, NodeSession, NodeUnavailable
-from nodes.remote import REMOTE_WINDOW_CHARS, RelayUnavailable, RunRouter
+from nodes.remote import NO_FENCE, REMOTE_WINDOW_CHARS, RelayUnavailable, RunRouter
 from nodes.remote_wire import Output
 from nodes.runs import RunOrder
 from pool.engine import Lease, ProviderPool
@@ -60,7 +60,7 @@ class Edges:
     session: NodeSession
 
     async def alive(self, edge_id: str, ttl_s: float = 60.0) -> None:
-        await self.redis.set(f"{self.prefix}:alive:{edge_id}", "1", px=int(ttl_s * 1000))
+        await self.redis.set(f"{self.prefix}:alive:{edge_id}", NO_FENCE, px=int(ttl_s * 1000))
 
     async def from_node(self, message: wire.NodeToEdge) -> None:
         await self.b.receive(self.session, wire.encode(message))
@@ -94,7 +94,9 @@ async def two_edges(url: str) -> AsyncIterator[Edges]:
     edges = Edges(client, prefix, a, b, router_a, router_b, node, session)
     await edges.alive("edge-a")
     await edges.alive("edge-b")
-    await client.hset(f"{prefix}:node:node-a", mapping={"edge": "edge-b", "gen": 1})
+    await client.hset(
+        f"{prefix}:node:node-a", mapping={"edge": "edge-b", "fence": NO_FENCE, "gen": 1}
+    )
     await router_a.start()
     await router_b.start()
     try:
@@ -248,6 +250,25 @@ async def test_the_requesting_edge_dying_cancels_the_run_on_the_node_r_scale_2(e
     )
 
 
+async def test_a_requester_whose_id_was_taken_over_has_its_run_cancelled_r_scale_4(edges):
+    """R-SCALE-4: Edge A's id is taken by a newer process (its alive key holds another fence)
+    while A's routed run streams on B's Node: B cancels it as for a dead Edge, and a late
+    order of the old process is refused (nothing reaches the Node)."""
+    await edges.a.open_run(LEASE, order(), window=0)
+    request = await edges.run_request()
+    await edges.redis.set(f"{edges.prefix}:alive:edge-a", "2", px=60_000)  # a newer fence
+    await until(
+        lambda: edges.node.cancelled(request.run_id), "the Node's run was cancelled", within=5
+    )
+    runs = len(edges.node.runs())
+    late = Lease(request_id=8, node_id="node-a", provider_id="cli-a", model="m", long=False)
+    channel = await edges.a.open_run(late, order(), window=0)
+    async with asyncio.timeout(5):
+        _, end = await read_all(channel)
+    assert end.error is not None and end.error.code == "node_gone"
+    assert len(edges.node.runs()) == runs
+
+
 async def test_a_node_held_by_no_live_edge_is_unavailable_r_scale_2(edges):
     other = Lease(request_id=3, node_id="node-zzz", provider_id="cli-a", model="m", long=False)
     with pytest.raises(NodeUnavailable):
@@ -395,13 +416,13 @@ async def test_output_the_owner_could_not_relay_ends_the_run_on_the_requester_r_
     """R-SCALE-2: one relay send fails (a connection gone stale in a Redis restart) while
     both Edges live on: the requester hears that the run ended instead of waiting for ever."""
     send = edges.router_b._send
-    failed: list[str] = []
+    failed: list[tuple[str, str]] = []
 
-    async def flaky(edge_id: str, kind: str, *messages: Any) -> None:
+    async def flaky(to: tuple[str, str], kind: str, *messages: Any) -> None:
         if not failed and any(isinstance(m, Output) for m in messages):
-            failed.append(edge_id)
+            failed.append(to)
             raise RedisConnectionError("Connection closed by server.")
-        await send(edge_id, kind, *messages)
+        await send(to, kind, *messages)
 
     monkeypatch.setattr(edges.router_b, "_send", flaky)
     channel = await edges.a.open_run(LEASE, order(), window=0)
@@ -409,7 +430,7 @@ async def test_output_the_owner_could_not_relay_ends_the_run_on_the_requester_r_
     await edges.from_node(wire.RunEvent(run_id=request.run_id, data="lost"))
     async with asyncio.timeout(5):
         text, end = await read_all(channel)
-    assert failed == ["edge-a"] and text == ""
+    assert failed == [("edge-a", NO_FENCE)] and text == ""
     assert end.error is not None and end.error.code == "relay_unavailable"
     await until(lambda: edges.node.cancelled(request.run_id), "the run cancelled on the Node")
 

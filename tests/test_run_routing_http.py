@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from nodes.remote import RunRouter
+from nodes.remote import NO_FENCE, RunRouter
 from pool.http.app import OpenAIApp
 from tests.support.inprocess import FakeNode, Runtime, api, chat, document
 from tests.support.ports import free_port
@@ -40,8 +40,8 @@ async def edges() -> AsyncIterator[tuple[OpenAIApp, Runtime, FakeNode]]:
     ]
     a.hub.remote, b.hub.remote = routers
     for name in "ab":
-        await client.set(f"{prefix}:alive:edge-{name}", "1", px=60_000)
-    await client.hset(f"{prefix}:node:n1", mapping={"edge": "edge-b", "gen": 1})
+        await client.set(f"{prefix}:alive:edge-{name}", NO_FENCE, px=60_000)
+    await client.hset(f"{prefix}:node:n1", mapping={"edge": "edge-b", "fence": NO_FENCE, "gen": 1})
     for router in routers:
         await router.start()
     try:

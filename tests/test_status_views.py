@@ -227,14 +227,14 @@ async def test_views_take_the_snapshot_on_the_event_loop_that_owns_the_pool(asyn
     from asgiref.sync import sync_to_async
 
     runtime = EdgeRuntime(load_snapshot(DOC))
-    real_snapshot = runtime.pool.snapshot
+    real_snapshot = runtime.pool.fresh_snapshot
     loops: list[asyncio.AbstractEventLoop] = []
 
-    def recording_snapshot() -> Any:
-        loops.append(asyncio.get_running_loop())  # raises when called off any loop
-        return real_snapshot()
+    async def recording_snapshot() -> Any:
+        loops.append(asyncio.get_running_loop())
+        return await real_snapshot()
 
-    runtime.pool.snapshot = recording_snapshot  # type: ignore[method-assign]
+    runtime.pool.fresh_snapshot = recording_snapshot  # type: ignore[method-assign]
     user = await sync_to_async(User.objects.create_user)("ops", password="x" * 12, is_staff=True)
     await async_client.aforce_login(user)
     attach_runtime(runtime)

@@ -100,6 +100,11 @@ class PoolEngine(Protocol):
         """Per-provider figures, queue depth and oldest wait (R-POOL-8)."""
         ...
 
+    async def fresh_snapshot(self) -> PoolSnapshot:
+        """The snapshot at most the engine's stated age old (R-SCALE-8): a read never answers
+        an older view; ``PoolBackendUnavailable`` when it cannot be read in time."""
+        ...
+
     def idle(self) -> bool:
         """No lease and no waiter of this Edge."""
         ...

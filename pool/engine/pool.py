@@ -159,6 +159,10 @@ class ProviderPool:
         """Per-provider figures, queue depth and oldest wait (R-POOL-8)."""
         return self._core.snapshot()
 
+    async def fresh_snapshot(self) -> PoolSnapshot:
+        """In memory the snapshot is always current."""
+        return self._core.snapshot()
+
     @property
     def reachable(self) -> bool:
         """Always: the pool lives in this process."""

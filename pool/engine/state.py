@@ -112,7 +112,9 @@ def select(candidates: Sequence[ProviderState], long: bool) -> ProviderState | N
     ejected rows are never candidates, so health costs nothing here. Round-robin is "least
     recently picked first"; providers never picked tie-break on (node_id, provider_id) so
     the choice never depends on mapping order. A long request
-    needs a long slot and a normal slot (R-POOL-7). O(len(candidates)).
+    needs a long slot and a normal slot (R-POOL-7). O(len(candidates)). Locality (R-SCALE-5,
+    a Node connected to the asking Edge first among equals) is a no-op here: every ready Node
+    of the in-memory engine is connected to its one Edge (the Redis engine's ``select`` has it).
     """
     best: ProviderState | None = None
     for s in candidates:

@@ -5,6 +5,7 @@ by atomic Lua scripts on Redis time. Imports nothing from Django or the rest of 
 but ``pool.engine``'s types.
 """
 
-from .pool import EdgeIdInUse, RedisPool
+from .pool import RedisPool
+from .pool_errors import EdgeFenced, EdgeIdInUse
 
-__all__ = ["EdgeIdInUse", "RedisPool"]
+__all__ = ["EdgeFenced", "EdgeIdInUse", "RedisPool"]

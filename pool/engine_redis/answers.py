@@ -130,9 +130,10 @@ def health_info(pool: RedisPool, info: list[Any]) -> None:
         health_log.info("provider %s: %s -> healthy (%s)", pid, before, reason)
 
 
-def viewed(pool: RedisPool, out: Any) -> None:
+def viewed(pool: RedisPool, out: Any, sent: float) -> None:
+    """A snapshot read sent at ``sent`` (this Edge's clock): its figures are that old."""
     pool._view = wire.snapshot(out)
-    pool._view_at = pool._clock()
+    pool._view_at = max(pool._view_at, sent)
     pool._owners = {o: int(n) for o, n in wire.items(out["owners"])}
     now = pool._clock()
     rows = pool._view.providers

@@ -16,12 +16,15 @@ from typing import TYPE_CHECKING, Any
 from redis import exceptions as redis_errors
 
 from pool.engine.errors import PoolBackendUnavailable
+from pool.engine.readiness import Readiness
 
 from . import answers, wire
 from .jobs import Job
 
 if TYPE_CHECKING:
     from .pool import RedisPool
+
+from .pool_errors import EdgeFenced
 
 log = logging.getLogger("iop.pool.redis")
 
@@ -81,7 +84,7 @@ def renew(pool: RedisPool) -> None:
         "waiters": list(pool._waiters),
     }
     done = pool._periodic("renew", partial(_renewed, pool))
-    pool._submit(Job("renew", [json.dumps(body), pool._token], done))
+    pool._submit(Job("renew", [json.dumps(body)], done))
 
 
 def sweep(pool: RedisPool) -> None:
@@ -144,6 +147,9 @@ async def write(pool: RedisPool) -> None:
                     continue  # an admission whose caller went away before it was sent
                 try:
                     out = pool._answer(answers[id(job)])
+                except EdgeFenced:
+                    fenced(pool)
+                    return  # the writer stops: nothing more of this process reaches Redis
                 except Exception:  # a script error or a bug: this job fails, the writer goes on
                     log.exception("pool script %s failed", job.script)
                     if job.acquire is not None and not job.acquire.done():
@@ -154,6 +160,35 @@ async def write(pool: RedisPool) -> None:
                     job.done(out)
                 except Exception:
                     log.exception("handling the answer of pool script %s failed", job.script)
+
+
+def fenced(pool: RedisPool) -> None:
+    """Another process took this Edge's id over (R-SCALE-4): this one holds nothing any more.
+    Every call fails, nothing more reaches Redis (the leases expire there by TTL, the routed
+    runs are cancelled by their owners as for a dead Edge), and ``on_fenced`` is told once."""
+    if pool.fenced:
+        return
+    pool.fenced = True
+    log.critical(
+        "this Edge's id %r was taken over by a newer process (R-SCALE-4): it stops serving",
+        pool._edge,
+    )
+    for job in pool._jobs:
+        if job.acquire is not None and not job.acquire.done():
+            job.acquire.set_exception(PoolBackendUnavailable())
+        elif job.script == "" and job.done is not None:
+            job.done(None)  # a barrier (flush): nothing is left to wait for
+    pool._jobs.clear()
+    for w in pool._waiters.values():
+        if not w.fut.done():
+            w.fut.set_exception(PoolBackendUnavailable())
+    pool._waiters.clear()
+    pool._held.clear()
+    pool._nodes = Readiness()
+    if pool._ticker is not None:
+        pool._ticker.cancel()
+    if pool.on_fenced is not None:
+        pool.on_fenced()
 
 
 async def _outage(pool: RedisPool, exc: BaseException) -> None:

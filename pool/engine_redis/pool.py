@@ -12,7 +12,6 @@ import asyncio
 import json
 import logging
 import re
-import secrets
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
@@ -33,16 +32,14 @@ from . import answers, background, scripts, wire
 from .answers import Waiting
 from .background import CONNECTION_ERRORS
 from .jobs import Job
+from .pool_errors import EdgeFenced, EdgeIdInUse
 
 log = logging.getLogger("iop.pool.redis")
 
 STOP_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *CONNECTION_ERRORS)
 EDGE_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # docs/pool.md, "Redis engine"
-VIEW_MAX_AGE_S = 0.25  # snapshot()/queued_by() answer from figures at most this old
-
-
-class EdgeIdInUse(RuntimeError):
-    """Another live Edge holds this Edge id (its ``{P}:alive:{id}`` key)."""
+VIEW_MAX_AGE_S = 0.25  # fresh_snapshot() answers figures at most this old (R-SCALE-8)
+VIEW_READ_TIMEOUT_S = 1.0  # an older view is read first, within this, else 503
 
 
 class RedisPool:
@@ -72,7 +69,9 @@ class RedisPool:
         self._ttl_s = lease_ttl_s
         self._clock = clock
         self._background = background  # False: the caller drives renew/sweep/expire (tests)
-        self._token = secrets.token_hex(8)
+        self.fence: str | None = None  # this process's fence, from start (R-SCALE-4)
+        self.fenced = False
+        self.on_fenced: Callable[[], None] | None = None  # called once when fenced
         self._redis: Redis | None = None
         self._scripts: dict[str, Any] = {}
         self._jobs: deque[Job] = deque()
@@ -85,7 +84,8 @@ class RedisPool:
         self._early: dict[str, list[Any]] = {}  # fates that came before their admit answer
         self._nodes = Readiness()  # Nodes ready on this Edge (R-NODE-1), re-asserted by renew
         self._view = wire.offline(policy)
-        self._view_at = -VIEW_MAX_AGE_S
+        self._view_at = -VIEW_MAX_AGE_S  # when the view's read was sent, this Edge's clock
+        self._reading: asyncio.Future[PoolSnapshot] | None = None
         self._owners: dict[str, int] = {}
         self._ejected_until: dict[str, float] = {}  # provider -> end of ejection, our clock
         self._ejections: dict[str, int] = {}
@@ -112,11 +112,16 @@ class RedisPool:
         self._scripts = scripts.register(self._redis)
         self._jobs.appendleft(self._apply_job(self._policy))
         try:
-            if await self._call("start", [self._token]) == "taken":
-                await self._redis.aclose()
-                raise EdgeIdInUse(f"another live Edge already uses the Edge id {self._edge!r}")
-        except CONNECTION_ERRORS as exc:  # the writer keeps trying
-            log.warning("the shared pool store is unreachable at start (%s)", type(exc).__name__)
+            out = await self._call("start", [])
+        except CONNECTION_ERRORS as exc:
+            await self._redis.aclose()
+            raise PoolBackendUnavailable(
+                f"the shared pool's Redis does not answer ({type(exc).__name__})"
+            ) from None
+        if out[0] == "taken":
+            await self._redis.aclose()
+            raise EdgeIdInUse(f"another live Edge already uses the Edge id {self._edge!r}")
+        self.fence = str(out[1])
         await background.start_tasks(self)
 
     async def aclose(self) -> None:
@@ -126,11 +131,11 @@ class RedisPool:
         await background.stop_ticker(self)
         if self._redis is None:
             return
-        if not self._down:
+        if not self._down and not self.fenced:
             try:
                 await asyncio.wait_for(self.flush(), timeout=2.0)
                 key = f"{self._prefix}:alive:{self._edge}"
-                if await self._redis.get(key) == self._token:
+                if await self._redis.get(key) == self.fence:
                     await self._redis.delete(key)
             except STOP_ERRORS:
                 log.warning("stopping with pool updates not sent; their leases expire by TTL")
@@ -164,7 +169,7 @@ class RedisPool:
         """Lease a provider of ``model`` able to serve ``needs``, waiting in the one global
         queue (R-POOL-5 across Edges); ``PoolBackendUnavailable`` at once when Redis is
         unreachable, ``PoolRecovering`` while it recovers from a loss of data."""
-        if self._down:
+        if self._down or self.fenced:
             raise PoolBackendUnavailable()
         fut: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
         share = "" if owner is None or max_queued is None else str(max_queued)
@@ -263,14 +268,31 @@ class RedisPool:
     # --- views ----------------------------------------------------------------------------
 
     def snapshot(self) -> PoolSnapshot:
-        """Global figures at most ``VIEW_MAX_AGE_S`` old (a read is started when older)."""
+        """The last global figures read (a read is started when older than
+        ``VIEW_MAX_AGE_S``): for gauges; a reader that needs a bound awaits
+        ``fresh_snapshot``."""
         self._refresh_view()
         return self._view
+
+    async def fresh_snapshot(self) -> PoolSnapshot:
+        """Global figures read at most ``VIEW_MAX_AGE_S`` ago (R-SCALE-8): an older view is
+        read from Redis first (concurrent readers share one read), within
+        ``VIEW_READ_TIMEOUT_S``, else ``PoolBackendUnavailable``: never a stale view."""
+        if self._clock() - self._view_at < VIEW_MAX_AGE_S:
+            return self._view
+        if self._down or self.fenced or self._kick is None:
+            raise PoolBackendUnavailable()
+        if self._reading is None or self._reading.done():
+            self._reading = asyncio.ensure_future(self.fetch_snapshot())
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._reading), VIEW_READ_TIMEOUT_S)
+        except (TimeoutError, PoolBackendUnavailable):
+            raise PoolBackendUnavailable() from None
 
     @property
     def reachable(self) -> bool:
         """False from the first call Redis did not answer until one it answers again."""
-        return not self._down
+        return not self._down and not self.fenced
 
     def idle(self) -> bool:
         """No lease held and no waiter queued by this Edge."""
@@ -284,9 +306,10 @@ class RedisPool:
     async def fetch_snapshot(self) -> PoolSnapshot:
         """Exact global figures, after every call this Edge made so far."""
         fut: asyncio.Future[PoolSnapshot] = asyncio.get_running_loop().create_future()
+        sent = self._clock()
 
         def done(out: Any) -> None:
-            answers.viewed(self, out)
+            answers.viewed(self, out, sent)
             if not fut.done():
                 fut.set_result(self._view)
 
@@ -322,9 +345,8 @@ class RedisPool:
             and not self._down
         ):
             self._pending.add("snapshot")
-            self._submit(
-                Job("snapshot", [], self._periodic("snapshot", partial(answers.viewed, self)))
-            )
+            then = partial(answers.viewed, self, sent=self._clock())
+            self._submit(Job("snapshot", [], self._periodic("snapshot", then)))
 
     def _periodic(self, name: str, then: Callable[[Any], None]) -> Callable[[Any], None]:
         def done(out: Any) -> None:
@@ -349,32 +371,44 @@ class RedisPool:
 
     def _args(self, extra: list[str]) -> list[str]:
         now = "" if self.time_override is None else str(self.time_override())
-        return [self._prefix, self._edge, str(round(self._ttl_s * 1000)), now, *extra]
+        ttl = str(round(self._ttl_s * 1000))
+        return [self._prefix, self._edge, ttl, now, self.fence or "", *extra]
 
     async def _call(self, name: str, extra: list[str]) -> Any:
         assert self._redis is not None
         return self._answer(await self._scripts[name](args=self._args(extra)))
 
     async def _send(self, jobs: list[Job]) -> list[Any]:
-        """Run ``jobs``' scripts in order in one round trip; a script's error is its answer."""
+        """Run ``jobs``' scripts in order in one round trip; a script's error is its answer.
+        A lease's ``succeeded`` directly followed by its release is one call (``release``
+        with ``+``): the same effects in the same order, one script less per request."""
         assert self._redis is not None
-        if len(jobs) == 1:
+        calls = wire.fold(jobs)
+        if len(calls) == 1:
+            script, args = calls[0][0], calls[0][1]
             try:
-                return [await self._scripts[jobs[0].script](args=self._args(jobs[0].args))]
+                raws = [await self._scripts[script](args=self._args(args))]
             except redis_errors.ResponseError as exc:
-                return [exc]
-        if not jobs:
+                raws = [exc]
+        elif not calls:
             return []
-        pipe = self._redis.pipeline(transaction=False)
-        for job in jobs:
-            await self._scripts[job.script](args=self._args(job.args), client=pipe)
-        return list(await pipe.execute(raise_on_error=False))
+        else:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for script, args, _ in calls:
+                    await self._scripts[script](args=self._args(args), client=pipe)
+                raws = list(await pipe.execute(raise_on_error=False))
+        return wire.unfold(calls, raws, len(jobs))
 
     def _answer(self, raw: Any) -> Any:
         """Handle one script's result: epoch, health log lines, waiter fates; its own part."""
         if isinstance(raw, Exception):
             raise raw
         res = json.loads(raw)
+        if "fenced" in res:
+            raise EdgeFenced(
+                f"the Edge id {self._edge!r} was taken over by a newer process "
+                f"(fence {res['fenced']}; this one has {self.fence})"
+            )
         epoch = res["e"]
         if self._epoch is None:
             self._epoch = epoch
@@ -388,6 +422,12 @@ class RedisPool:
         return res["r"]
 
     def _submit(self, job: Job) -> None:
+        if self.fenced:  # nothing of a fenced process reaches Redis (R-SCALE-4)
+            if job.acquire is not None and not job.acquire.done():
+                job.acquire.set_exception(PoolBackendUnavailable())
+            if job.script == "" and job.done is not None:
+                job.done(None)  # a barrier: nothing is left to wait for
+            return
         self._jobs.append(job)
         if self._kick is not None:
             self._kick.set()

@@ -4,8 +4,8 @@ script results and waiter fates out (docs/pool.md, "Redis engine")."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pool.engine.errors import (
     NotAdmitted,
@@ -31,6 +31,51 @@ _ERRORS: dict[str, type[PoolError]] = {
         UnknownModel,
     )
 }
+
+
+if TYPE_CHECKING:
+    from .jobs import Job
+
+Call = tuple[str, list[str], list[int]]  # script, arguments, the jobs it answers (in order)
+
+
+def fold(jobs: Sequence[Job]) -> list[Call]:
+    """The scripts to run for ``jobs``: a lease's health ``ok`` directly followed by the
+    release of that lease becomes one ``release + id node provider``."""
+    calls: list[Call] = []
+    i = 0
+    while i < len(jobs):
+        job = jobs[i]
+        after = jobs[i + 1] if i + 1 < len(jobs) else None
+        if (
+            job.script == "health"
+            and job.args[0] == "ok"
+            and after is not None
+            and after.script == "release"
+            and after.args == [job.args[1]]
+        ):
+            calls.append(("release", ["+", *job.args[1:4]], [i, i + 1]))
+            i += 2
+        else:
+            calls.append((job.script, job.args, [i]))
+            i += 1
+    return calls
+
+
+def unfold(calls: list[Call], raws: list[Any], jobs: int) -> list[Any]:
+    """One answer per job again: a folded call's answer goes to its first job (the verdict),
+    the release gets an empty one."""
+    out: list[Any] = [None] * jobs
+    for (_, _, indices), raw in zip(calls, raws, strict=True):
+        out[indices[0]] = raw
+        for index in indices[1:]:
+            out[index] = raw if isinstance(raw, Exception) else _nothing(raw)
+    return out
+
+
+def _nothing(raw: Any) -> str:
+    """An answer with nothing in it, of the same epoch as ``raw``."""
+    return json.dumps({"e": json.loads(raw)["e"], "info": [], "ev": [], "r": None})
 
 
 def error(code: str, message: str = "") -> PoolError:

@@ -110,6 +110,9 @@ _RUN_CODES = {
     "unknown_provider": "no_available_provider",
     "repetition_detected": "repetition_detected",  # the gate's exhausted recovery (R-SEG-6)
     "credential_refused": "credential_unavailable",  # R-MGD-4: the Node refused the envelope
+    # Run routing between Edges lost Redis: the upstream did nothing wrong, and the client may
+    # retry soon (503 with Retry-After, as an admission while Redis is away).
+    "relay_unavailable": "pool_unavailable",
 }
 
 

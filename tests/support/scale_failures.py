@@ -17,12 +17,19 @@ from tests.support.cluster import Cluster
 WITHIN_S = 30.0  # the failure bound of every wait; never an assertion on timing
 
 
-def eventually(predicate: Callable[[], bool], what: str, within: float = WITHIN_S) -> float:
-    """Poll ``predicate`` until it holds; the seconds it took (AssertionError after ``within``)."""
+def eventually(
+    predicate: Callable[[], bool],
+    what: str,
+    within: float = WITHIN_S,
+    state: Callable[[], Any] | None = None,
+) -> float:
+    """Poll ``predicate`` until it holds; the seconds it took (AssertionError after ``within``,
+    with ``state()`` when given)."""
     start = time.monotonic()
     while not predicate():
         if time.monotonic() - start > within:
-            raise AssertionError(f"{what}: not reached within {within:.0f} s")
+            seen = f" ({state()})" if state is not None else ""
+            raise AssertionError(f"{what}: not reached within {within:.0f} s{seen}")
         time.sleep(0.02)
     return time.monotonic() - start
 

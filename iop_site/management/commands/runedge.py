@@ -81,6 +81,7 @@ class Command(BaseCommand):
         from iop_site import scale
         from iop_site.edge_local import EdgeLocal, LocalSettingError
         from iop_site.server import ListenError, StartError, serve
+        from iop_site.startup_checks import database_refusal
         from iop_site.tls import TLSFileError
         from refresh.startup import checked_start
 
@@ -96,8 +97,15 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         database = str(settings.DATABASES["default"]["ENGINE"])
         reason = scale.refusal(settings.IOP_SCALE, database)  # before writing any revision
+        if reason is None:
+            reason = database_refusal()  # R-SCALE-9: reachable and migrated, else one line
         if reason is not None:
             raise CommandError(f"cannot start: {reason}")
+        if settings.IOP_SCALE.enabled:
+            try:
+                scale.check_redis(settings.IOP_SCALE)  # R-SCALE-9: a Redis, new enough
+            except scale.ScaleOutRefused as exc:
+                raise CommandError(f"cannot start: {exc}") from None
         try:
             # R-CFG-14: every check that can refuse the start runs on the snapshot the start
             # would activate, before the revision is committed; a refusal records nothing.

@@ -1,8 +1,8 @@
 -- apply: install a policy, keeping leases (R-REF-3); an older version never overwrites a
--- newer one. ARGV[5] = JSON {version, max_queue, timeout_ms, ej_after, ej_base_ms,
+-- newer one. ARGV[6] = JSON {version, max_queue, timeout_ms, ej_after, ej_base_ms,
 -- ej_max_ms, providers: [[id, node, capacity, long capacity, priority, enabled 1|0,
 -- capabilities, fingerprint]], groups: {model: [provider ids]}}
-local a = cjson.decode(ARGV[5])
+local a = cjson.decode(ARGV[6])
 local cur = meta('version')
 if cur and tonumber(a.version) < tonumber(cur) then return result('stale') end
 local old, new, order = {}, {}, {}

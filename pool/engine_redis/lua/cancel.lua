@@ -1,7 +1,7 @@
 -- cancel: the caller of a waiter went away. Out of the queue at once; when a pump already
 -- granted it, the lease is handed back to the caller to release (R-POOL-9).
--- ARGV[5] = waiter id
-local wid = ARGV[5]
+-- ARGV[6] = waiter id
+local wid = ARGV[6]
 local w = waiter(wid)
 local out = {'gone'}
 if w and redis.call('ZSCORE', k('queue'), wid) then

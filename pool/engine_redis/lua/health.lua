@@ -1,33 +1,20 @@
 -- health: verdicts on a provider (R-HEALTH-2, R-HEALTH-3), and the end of ejections.
--- ARGV[5] = op: ok <lease id> <node> <provider> | fail <lease id> <node> <provider> <reason>
+-- ARGV[6] = op: ok <lease id> <node> <provider> | fail <lease id> <node> <provider> <reason>
 -- <retry ms or ""> | probe <node> <provider> <1|0> <reason> | wake
-local op = ARGV[5]
-local function configured(nid, pid)
-  local p = prov(pid)
-  if not p or p.n ~= nid then return nil end
-  return row(k('prov', pid))
-end
+local op = ARGV[6]
 local out = 0
 if op == 'ok' then
-  local id, r = ARGV[6], configured(ARGV[7], ARGV[8])
-  if r and r.h ~= 'ejected' then
-    redis.call('HSET', r.key, 'failures', 0)
-    if r.h == 'probing' and r.trial == id then
-      restore(ARGV[8], r, 'the trial request succeeded')
-      pump({[ARGV[8]] = true})
-      out = 1
-    end
-  end
+  out = succeeded(ARGV[7], ARGV[8], ARGV[9])
 elseif op == 'fail' then
-  local id, pid = ARGV[6], ARGV[8]
-  local r = configured(ARGV[7], pid)
+  local id, pid = ARGV[7], ARGV[9]
+  local r = configured(ARGV[8], pid)
   if r then
-    local retry = ARGV[10] ~= '' and tonumber(ARGV[10]) or nil
-    if failure(pid, r, ARGV[9], retry, r.trial == id) then out = 1 end
+    local retry = ARGV[11] ~= '' and tonumber(ARGV[11]) or nil
+    if failure(pid, r, ARGV[10], retry, r.trial == id) then out = 1 end
   end
 elseif op == 'probe' then
-  local pid, ok, reason = ARGV[7], ARGV[8] == '1', ARGV[9]
-  local r = configured(ARGV[6], pid)
+  local pid, ok, reason = ARGV[8], ARGV[9] == '1', ARGV[10]
+  local r = configured(ARGV[7], pid)
   if r then
     if ok then
       if r.h == 'probing' or (r.h == 'ejected' and r.untl <= NOW) then

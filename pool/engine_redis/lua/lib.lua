@@ -1,7 +1,8 @@
 -- Shared prelude of every pool script (docs/pool.md, "Redis engine"); the script's own body
--- follows. ARGV[1..4] = prefix, calling Edge id, TTL ms, fixed time ms ("" = Redis TIME);
--- script arguments start at ARGV[5]. Only Redis TIME is used, so Edge clocks may disagree.
-local P, EDGE, TTL = ARGV[1], ARGV[2], tonumber(ARGV[3])
+-- follows. ARGV[1..5] = prefix, calling Edge id, TTL ms, fixed time ms ("" = Redis TIME),
+-- the calling process's fence ("" only for start.lua); script arguments start at ARGV[6].
+-- Only Redis TIME is used, so Edge clocks may disagree.
+local P, EDGE, TTL, FENCE = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[5]
 local NOW
 if ARGV[4] ~= '' then
   NOW = tonumber(ARGV[4])
@@ -40,6 +41,20 @@ do
   end
 end
 local function recovering() return NOW - BORN < TTL end
+
+-- Fencing (R-SCALE-4): an Edge is (id, fence). start.lua gives each process that claims an id
+-- a new fence (INCR of {P}:fence_seq); {P}:fences names the current one per id. A call of any
+-- other fence is refused whole (lib_health.lua, the end of the prelude). After a loss of data
+-- the first process of an id to call claims it again.
+local FENCED = false
+if FENCE ~= '' then
+  local cur = redis.call('HGET', k('fences'), EDGE)
+  if not cur then
+    redis.call('HSET', k('fences'), EDGE, FENCE)
+  elseif cur ~= FENCE then
+    FENCED = cur
+  end
+end
 -- A lease outlives its Edge's alive key by half a TTL: when that Edge dies, the Edge serving
 -- its routed run cancels the run on the Node (alive key gone + TTL/3, docs/scale-out.md)
 -- before the capacity is free again, so the upstream never serves more than capacity.
@@ -60,12 +75,12 @@ local function prov(pid) -- policy record {n, c, l, pr, e, caps, fp} or false
 end
 
 local NC = {}
-local function node(nid) -- {edge, gen, refused} or false
+local function node(nid) -- {edge, gen, refused, fence} or false
   local r = NC[nid]
   if r == nil then
-    local v = redis.call('HMGET', k('node', nid), 'edge', 'gen', 'refused')
+    local v = redis.call('HMGET', k('node', nid), 'edge', 'gen', 'refused', 'fence')
     if v[1] then
-      r = {edge = v[1], gen = v[2], refused = cjson.decode(v[3] or '{}')}
+      r = {edge = v[1], gen = v[2], refused = cjson.decode(v[3] or '{}'), fence = v[4] or ''}
     else
       r = false
     end
@@ -136,24 +151,28 @@ local function resolve(model, needs, long, excl)
 end
 local function changed() RC, NC = {}, {} end -- liveness moved: forget cached candidates
 
--- R-POOL-3: lowest in-flight, then lowest priority value, then least recently picked, then
--- (node, provider); a long request needs a long slot too (R-POOL-7); a half-open row takes
--- nothing while its trial is out (R-HEALTH-2).
-local function select(cands, long)
-  local best, bp, br
+-- R-POOL-3: lowest in-flight, then lowest priority value, then (R-SCALE-5) a Node connected
+-- to the asking process (edge, fence), then least recently picked, then (node, provider); a
+-- long request needs a long slot too (R-POOL-7); a half-open row takes nothing while its
+-- trial is out (R-HEALTH-2).
+local function select(cands, long, edge, fence)
+  local best, bp, br, bl
   for _, pid in ipairs(cands) do
     local p, r = prov(pid), row(k('prov', pid))
     local limit = p.c
     if r.trial ~= '0' then limit = 0 end
     if r.f < limit and not (long and r.lf >= p.l) then
+      local n = node(p.n)
+      local here = n and n.edge == edge and n.fence == fence
       local wins = best == nil or r.f < br.f
       if not wins and r.f == br.f then
         if p.pr ~= bp.pr then wins = p.pr < bp.pr
+        elseif here ~= bl then wins = here
         elseif r.lp ~= br.lp then wins = r.lp < br.lp
         elseif p.n ~= bp.n then wins = lt(p.n, bp.n)
         else wins = lt(pid, best) end
       end
-      if wins then best, bp, br = pid, p, r end
+      if wins then best, bp, br, bl = pid, p, r, here end
     end
   end
   return best, bp, br

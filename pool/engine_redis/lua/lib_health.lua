@@ -52,6 +52,27 @@ local function failure(pid, r, reason, retry_ms, trial)
   return false
 end
 
+-- The configured ledger row of pid on node, or nil (a verdict on a removed row is dropped).
+local function configured(nid, pid)
+  local p = prov(pid)
+  if not p or p.n ~= nid then return nil end
+  return row(k('prov', pid))
+end
+
+-- The lease ``id`` of pid on node was answered (R-HEALTH-2): failures back to 0, and the
+-- half-open row's trial restores it. 1 when it restored the row.
+local function succeeded(id, nid, pid)
+  local r = configured(nid, pid)
+  if not r or r.h == 'ejected' then return 0 end
+  redis.call('HSET', r.key, 'failures', 0)
+  if r.h == 'probing' and r.trial == id then
+    restore(pid, r, 'the trial request succeeded')
+    pump({[pid] = true})
+    return 1
+  end
+  return 0
+end
+
 -- Rows whose ejection is over take one trial request each; pumps when any woke.
 local function wake()
   local woke = 0
@@ -95,3 +116,6 @@ end
 local function result(r)
   return cjson.encode({e = EPOCH, b = S(BORN), n = S(NOW), ev = EV, info = INFO, r = r})
 end
+
+-- The one fencing decision (R-SCALE-4): a process whose id was taken over does nothing.
+if FENCED then return cjson.encode({e = EPOCH, fenced = FENCED}) end

@@ -2,10 +2,11 @@
 
 -- Waiters ----------------------------------------------------------------------------------
 local function waiter(wid)
-  local v = redis.call('HMGET', k('w', wid), 'edge', 'model', 'long', 'owner', 'enq_ms', 'cls')
+  local v = redis.call('HMGET', k('w', wid), 'edge', 'model', 'long', 'owner', 'enq_ms', 'cls',
+    'fence')
   if not v[1] then return nil end
   return {edge = v[1], model = v[2], long = v[3] == '1', owner = v[4] or '', enq = num(v[5]),
-    cls = v[6]}
+    cls = v[6], fence = v[7] or ''}
 end
 
 -- A wait class groups waiters of one (model, needs, long, excluded): same candidates. Each has
@@ -15,12 +16,13 @@ local function class_of(model, needs_json, long, excl_json)
   return redis.sha1hex(def), def
 end
 
+-- A waiter's process is alive while its id's alive key holds its fence (R-SCALE-4).
 local ALIVE = {}
-local function edge_alive(edge)
-  if ALIVE[edge] == nil then
-    ALIVE[edge] = edge == EDGE or redis.call('EXISTS', k('alive', edge)) == 1
-  end
-  return ALIVE[edge]
+local function edge_alive(w)
+  if w.edge == EDGE and w.fence == FENCE then return true end
+  local key = w.edge .. '\0' .. w.fence
+  if ALIVE[key] == nil then ALIVE[key] = redis.call('GET', k('alive', w.edge)) == w.fence end
+  return ALIVE[key]
 end
 
 local function notify(edge, msg)
@@ -143,12 +145,13 @@ local function pump(seeds)
     end
     if not bi then return end
     local c = open[bi]
-    local pid, p, r = select(c.cands, c.long)
-    if pid then
-      local w = waiter(bid)
+    local w = waiter(bid)
+    local pid, p, r
+    if w then pid, p, r = select(c.cands, c.long, w.edge, w.fence) end
+    if pid or not w then
       if not w then
         redis.call('ZREM', k('wq', c.id), bid)
-      elseif not edge_alive(w.edge) then
+      elseif not edge_alive(w) then
         dequeue(bid, w) -- its Edge is gone: nobody would take or renew the lease
         redis.call('DEL', k('w', bid))
       else

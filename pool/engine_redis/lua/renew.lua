@@ -1,9 +1,9 @@
 -- renew: the calling Edge is alive; re-assert the leases it really holds, its ready Nodes,
 -- and look up its waiters' fates (a lost PUBLISH is recovered here).
--- ARGV[5] = JSON {leases: [[id, provider, node, long, epoch]], nodes: [[node, gen,
--- refused JSON]], waiters: [id]}; ARGV[6] = this process's instance token
-local a = cjson.decode(ARGV[5])
-redis.call('SET', k('alive', EDGE), ARGV[6], 'PX', S(TTL))
+-- ARGV[6] = JSON {leases: [[id, provider, node, long, epoch]], nodes: [[node, gen,
+-- refused JSON]], waiters: [id]}
+local a = cjson.decode(ARGV[6])
+redis.call('SET', k('alive', EDGE), FENCE, 'PX', S(TTL))
 local lost, recreated = {}, 0
 for _, l in ipairs(a.leases) do
   local id, pid, nid, long, epoch = l[1], l[2], l[3], l[4] == 1, l[5]
@@ -34,7 +34,7 @@ for _, n in ipairs(a.nodes) do
   if cur and cur.edge == EDGE and cur.gen == gen then
     redis.call('PEXPIRE', k('node', nid), S(TTL))
   elseif not cur then
-    redis.call('HSET', k('node', nid), 'edge', EDGE, 'gen', gen, 'refused', refused)
+    redis.call('HSET', k('node', nid), 'edge', EDGE, 'fence', FENCE, 'gen', gen, 'refused', refused)
     redis.call('PEXPIRE', k('node', nid), S(TTL))
     nodes_changed = true
   end

@@ -9,7 +9,7 @@ for _, wid in ipairs(redis.call('ZRANGE', k('queue'), 0, -1)) do
   if not w then
     redis.call('ZREM', k('queue'), wid)
   else
-    if not edge_alive(w.edge) then
+    if not edge_alive(w) then
       dequeue(wid, w)
       redis.call('DEL', k('w', wid))
       dropped = dropped + 1
