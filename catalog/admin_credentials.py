@@ -1,5 +1,6 @@
-"""Admin pages for managed credentials (R-MGD-2, R-MGD-3): slots are write-only, routes show
-their bindings and never a key. docs/credentials.md."""
+"""Admin pages for managed credentials (R-MGD-2, R-MGD-3): slots are write-only; a route is
+created or its key rotated here like `iop_route create` / `rotate`: the key is shown once, on
+the answer to that POST, and only its sha256 is stored. docs/credentials.md."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
-from django.http import HttpRequest
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path
 from django.utils.decorators import method_decorator
 from django.views.decorators.debug import sensitive_post_parameters
 
@@ -17,9 +22,14 @@ from catalog.slots import (
     MAX_SECRET_BYTES,
     CredentialError,
     catalog_snapshot,
+    check_bindings,
+    check_id,
     check_slot,
+    create_route,
     keyring_path,
     load_keyring,
+    parse_bindings,
+    rotate_route_key,
     set_slot,
 )
 
@@ -97,10 +107,51 @@ class RouteSlotInline(admin.TabularInline):
         return False  # bindings are checked against the catalog by `iop_route create`
 
 
+class RouteCreateForm(forms.ModelForm):
+    """A new route: its model group and slots, checked against the catalog (R-MGD-3, 6)."""
+
+    model_group = forms.ChoiceField(help_text="The one model group this route's key may call.")
+    slots = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="One PROVIDER_OR_PROFILE=SLOT a line: the slot for a provider id of the "
+        "group, or for every provider of a profile.",
+    )
+
+    class Meta:
+        model = Route
+        fields = ("key", "model_group", "principal_ref")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        try:
+            self.snapshot = catalog_snapshot()
+            groups = sorted(self.snapshot.models)
+        except CredentialError as exc:
+            self.snapshot, groups = None, []
+            self.catalog_error = str(exc)
+        field = self.fields["model_group"]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = [(g, g) for g in groups]
+
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        if self.snapshot is None:
+            raise forms.ValidationError(self.catalog_error)
+        try:
+            check_id("route", cleaned.get("key", ""))
+            if cleaned.get("principal_ref"):
+                check_id("principal", cleaned["principal_ref"])
+            cleaned["bindings"] = parse_bindings(cleaned.get("slots", "").split())
+            check_bindings(self.snapshot, cleaned.get("model_group", ""), cleaned["bindings"])
+        except CredentialError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return cleaned
+
+
 @admin.register(Route)
 class RouteAdmin(admin.ModelAdmin):
-    """Routes are created by `iop_route create` (the key is printed once); here they are
-    listed, enabled or disabled, relabelled and deleted."""
+    """Routes: created here or by `iop_route create`, the key shown once; listed, enabled or
+    disabled, relabelled, their key rotated, deleted."""
 
     list_display = ("key", "model_group", "principal_ref", "enabled", "revision", "bindings")
     list_filter = ("enabled", "model_group")
@@ -109,8 +160,21 @@ class RouteAdmin(admin.ModelAdmin):
     readonly_fields = ("key", "model_group", "revision", "key_prefix")
     inlines = (RouteSlotInline,)
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any):
+        if obj is None:
+            kwargs["form"] = RouteCreateForm
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is None:
+            return ("key", "model_group", "slots", "principal_ref")
+        return self.fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return () if obj is None else self.readonly_fields
+
+    def get_inlines(self, request: HttpRequest, obj: Any) -> Any:
+        return () if obj is None else self.inlines
 
     @admin.display(description="key sha256")
     def key_prefix(self, obj: Route) -> str:
@@ -121,6 +185,57 @@ class RouteAdmin(admin.ModelAdmin):
         return ", ".join(str(binding) for binding in obj.slots.select_related("slot"))
 
     def save_model(self, request: HttpRequest, obj: Route, form, change: bool) -> None:
-        if change:
-            obj.revision += 1  # the route revision each envelope is bound to (R-AUTH-5)
+        if not change:
+            data = form.cleaned_data
+            key = create_route(
+                obj.key, data["model_group"], data["bindings"], principal_ref=obj.principal_ref
+            )
+            saved = Route.objects.get(key=obj.key)
+            obj.pk, obj.key_hash_sha256, obj.revision = saved.pk, saved.key_hash_sha256, 1
+            obj.minted_key = key  # type: ignore[attr-defined]  # shown once by response_add
+            return
+        obj.revision += 1  # the route revision each envelope is bound to (R-AUTH-5)
         obj.save()
+
+    def save_related(self, request: HttpRequest, form, formsets, change: bool) -> None:
+        if change:  # a new route's slots were written by create_route
+            super().save_related(request, form, formsets, change)
+
+    def response_add(self, request: HttpRequest, obj: Route, post_url_continue=None):
+        return self.key_page(request, obj, obj.minted_key, "created")  # type: ignore[attr-defined]
+
+    def get_urls(self) -> list:
+        wrap = self.admin_site.admin_view
+        own = [
+            path(
+                "<path:object_id>/rotate-key/",
+                wrap(self.rotate_key_view),
+                name="catalog_route_rotate_key",
+            )
+        ]
+        return own + super().get_urls()
+
+    def rotate_key_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        route = get_object_or_404(Route, pk=object_id)
+        if not self.has_change_permission(request, route):
+            raise PermissionDenied
+        key = rotate_route_key(route.key)
+        route.refresh_from_db()
+        self.log_change(request, route, "Rotated the route key.")
+        return self.key_page(request, route, key, "rotated")
+
+    def key_page(self, request: HttpRequest, route: Route, key: str, done: str) -> HttpResponse:
+        """The one answer that carries the raw key; never cached, never shown again."""
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Route {route.key}: key {done}",
+            "opts": self.model._meta,
+            "route": route,
+            "route_key": key,
+            "done": done,
+        }
+        response = TemplateResponse(request, "admin/catalog/route/route_key.html", context)
+        response["Cache-Control"] = "no-store"
+        return response

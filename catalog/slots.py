@@ -57,7 +57,7 @@ def load_keyring(path: str) -> Keyring:
         raise CredentialError(str(exc)) from None
 
 
-def _check_id(kind: str, value: str) -> None:
+def check_id(kind: str, value: str) -> None:
     if not _ID.match(value):
         raise CredentialError(f"{kind} id {value!r} must be 1-100 letters, digits, '.', '_' or '-'")
 
@@ -66,7 +66,7 @@ def check_slot(slot_id: str, profile: str, secret: bytes, snapshot: EdgeSnapshot
     """Everything a slot save checks before it writes: the id, the secret (non-empty UTF-8
     text of at most 16 KiB once surrounding whitespace is dropped) and the profile. Returns
     the secret as stored; ``CredentialError`` names what is wrong, never the secret."""
-    _check_id("slot", slot_id)
+    check_id("slot", slot_id)
     secret = secret.strip()
     if not secret:
         raise CredentialError(f"slot {slot_id!r}: the secret is empty")
@@ -87,7 +87,7 @@ def set_slot(slot_id: str, profile: str, secret: bytes, keyring: Keyring) -> Cre
     """Create or replace a slot's secret; its credential revision goes up by one (R-MGD-2).
 
     A slot's profile family is fixed once routes use it (R-MGD-6)."""
-    _check_id("slot", slot_id)
+    check_id("slot", slot_id)
     snapshot = catalog_snapshot()
     secret = check_slot(slot_id, profile, secret, snapshot)
     family = snapshot.profile_family(profile)
@@ -199,9 +199,9 @@ def create_route(
     principal_ref: str = "",
 ) -> str:
     """A new route; returns its raw key, which is stored nowhere (only its sha256)."""
-    _check_id("route", route_id)
+    check_id("route", route_id)
     if principal_ref:
-        _check_id("principal", principal_ref)
+        check_id("principal", principal_ref)
     resolved = check_bindings(catalog_snapshot(), model_group, bindings)
     key, digest = mint_route_key()
     with transaction.atomic():
@@ -216,6 +216,20 @@ def create_route(
         RouteSlot.objects.bulk_create(
             RouteSlot(route=route, target=target, slot=slot) for target, slot in resolved.items()
         )
+    return key
+
+
+def rotate_route_key(route_id: str) -> str:
+    """A new key for a route: the old one stops working at once, the route revision goes up
+    (R-AUTH-5); returns the raw key, stored nowhere (only its sha256)."""
+    key, digest = mint_route_key()
+    with transaction.atomic():
+        route = Route.objects.select_for_update().filter(key=route_id).first()
+        if route is None:
+            raise CredentialError(f"no route {route_id!r}")
+        route.key_hash_sha256 = digest
+        route.revision += 1
+        route.save(update_fields=["key_hash_sha256", "revision"])
     return key
 
 

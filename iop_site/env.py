@@ -52,6 +52,20 @@ def env_int(name: str, default: int, *, minimum: int = 0) -> int:
     return value
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def env_log_level(name: str = "LOG_LEVEL", default: str = "INFO") -> str:
+    """One of ``LOG_LEVELS``, in any case; anything else stops the start naming the values."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().upper()
+    if value not in LOG_LEVELS:
+        raise ImproperlyConfigured(f"{name}: one of {', '.join(LOG_LEVELS)}, got {raw!r}")
+    return value
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     raw = os.environ.get(name)
     if raw is None:

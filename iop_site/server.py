@@ -155,7 +155,7 @@ def serve(
         application_close_timeout=10,
         verbosity=0,
     )
-    settle_heap()  # the collector's pauses were the long tail (docs/performance.md)
+    settle_heap()  # the collector's pauses were the long tail (docs/performance-history.md)
     try:
         server.run()
     finally:

@@ -16,6 +16,7 @@ from iop_site.env import (
     env_int,
     env_list,
     env_listen,
+    env_log_level,
     env_match,
     env_secret,
 )
@@ -201,7 +202,7 @@ LOGGING = {
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": "line", "filters": ["context"]}
     },
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": env_log_level("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.channels.server": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},

@@ -3,6 +3,11 @@ from django.urls import include, path
 
 from pool import status, usage_page
 
+# The admin names the product, not the framework (docs/admin.md).
+admin.site.site_header = "IOP Edge"
+admin.site.site_title = "IOP Edge"
+admin.site.index_title = "Administration"
+
 urlpatterns = [
     path("api/pool/", status.PoolSnapshotView.as_view(), name="api-pool"),
     path("admin/pool-status/", status.status_page, name="pool-status"),

@@ -1,4 +1,5 @@
-"""Settle the collector once a process has started: the Edge and the Node (docs/performance.md).
+"""Settle the collector once a process has started: the Edge and the Node
+(docs/performance-history.md, "The long tail").
 
 Everything alive after startup (modules, settings, the config snapshot, the app) lives as
 long as the process. Moving it to the collector's permanent generation means a later full

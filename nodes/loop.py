@@ -1,6 +1,6 @@
 """The event loop under the Edge (Twisted's asyncio reactor, made by daphne) and the Node
 (aiohttp and websockets): uvloop when it is installed, asyncio's own with
-``IOP_EVENT_LOOP=asyncio`` (docs/performance.md, "uvloop").
+``IOP_EVENT_LOOP=asyncio`` (docs/performance-history.md, "uvloop").
 
 ``install()`` sets asyncio's event-loop policy, so it must run before the loop is made: for
 the Edge before ``daphne.server`` is imported (daphne's Django app imports it while Django

@@ -20,6 +20,7 @@ from django.utils import timezone
 from catalog.config.periods import period_bounds
 from catalog.models import PrincipalToken
 from edgekit.running import running_edge
+from pool.metering import NO_LABEL
 from pool.models import UsageBucket
 from pool.usage_series import (
     BOTTOM,
@@ -40,6 +41,11 @@ SECTIONS = (
     ("model_group", "By model group", "model_group"),
 )
 SUMS = {name: Sum(name) for name in ("requests", "errors", "input_tokens", "output_tokens")}
+# The ledger's "-" in words (docs/metering.md, "Usage charts"): a request refused before it
+# was routed (an unknown model, a refused token) has no model group; a caller without a
+# principal token has no principal. Usage folded past the memory cap lands there too.
+NO_GROUP = "no model group (refused before routing)"
+NO_PRINCIPAL = "no principal (no principal token)"
 
 
 class UsageFilter(forms.Form):
@@ -54,7 +60,8 @@ class UsageFilter(forms.Form):
         for name, values in (("principal", principals), ("model_group", groups)):
             field = self.fields[name]
             assert isinstance(field, forms.ChoiceField)
-            field.choices = [("", "all"), *((v, v) for v in values)]
+            words = NO_PRINCIPAL if name == "principal" else NO_GROUP
+            field.choices = [("", "all"), *((v, words if v == NO_LABEL else v) for v in values)]
 
 
 def _distinct(field: str) -> list[str]:
@@ -137,12 +144,14 @@ def usage_context(params: Any) -> dict[str, Any]:
             (
                 "principal",
                 "By principal",
-                build_section(by_principal, window, wanted, carried),
+                build_section(
+                    by_principal, window, wanted, carried, titles={NO_LABEL: NO_PRINCIPAL}
+                ),
             ),
             (
                 "model_group",
                 "By model group",
-                build_section(_rows(queryset, "model_group"), window),
+                build_section(_rows(queryset, "model_group"), window, titles={NO_LABEL: NO_GROUP}),
             ),
         ],
         "x_labels": x_labels(window),

@@ -6,7 +6,7 @@ renders what this returns as inline SVG, server-side (``docs/metering.md``, "Usa
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
@@ -98,6 +98,7 @@ class Chart:
     key: str
     totals: dict[str, int]
     panels: tuple[Panel, ...]
+    title: str  # what a person reads: the key, or words for the ledger's no-label bucket
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,9 +171,11 @@ def build_section(
     window: Window,
     budgets: dict[str, tuple[int, str]] | None = None,
     carried: dict[str, int] | None = None,
+    titles: Mapping[str, str] | None = None,
 ) -> Section:
     """A chart per key (busiest first by requests, then by key), each over every bucket; a key
-    with a budget (``tokens, period``) gets a third panel: its period's usage and the budget."""
+    with a budget (``tokens, period``) gets a third panel: its period's usage and the budget.
+    ``titles`` names a key in words (the ledger's ``-``, docs/metering.md)."""
     starts = window.starts
     index = {start: i for i, start in enumerate(starts)}
     per_key: dict[str, dict[str, list[int]]] = {}
@@ -192,7 +195,8 @@ def build_section(
             limit, period = budget
             used = budget_used(values, starts, period, (carried or {}).get(key, 0))
             panels += (_panel("budget", (BUDGET_USED,), {BUDGET_USED: used}, limit),)
-        charts.append(Chart(key, {m: sum(values[m]) for m in METRICS}, panels))
+        totals = {m: sum(values[m]) for m in METRICS}
+        charts.append(Chart(key, totals, panels, (titles or {}).get(key, key)))
     return Section(tuple(charts), max(0, len(ranked) - MAX_CHARTS))
 
 

@@ -24,11 +24,15 @@ from django.views.decorators.http import require_POST
 from refresh import services
 from refresh.models import ConfigRevision
 from refresh.permissions import may
+from refresh.report import values_text
 
 
 def report_html(report: dict[str, Any]) -> SafeString:
-    """The report as readable tables (values are autoescaped by the template)."""
-    return SafeString(render_to_string("refresh/report_table.html", {"report": report}))
+    """The report as readable tables, each changed path with ``old → new`` (values are
+    autoescaped by the template; secret paths read "changed", docs/refresh.md)."""
+    changes = [{**c, "values": values_text(c)} for c in report.get("changes", [])]
+    context = {"report": report, "changes": changes}
+    return SafeString(render_to_string("refresh/report_table.html", context))
 
 
 @admin.register(ConfigRevision)

@@ -3,12 +3,13 @@
 Entries of keyed lists (``nodes``, their ``providers``, ``models``, principal tokens) and of
 named maps are addressed by id, not by position, so reordering is not a change and paths read
 like ``nodes["node-local"].providers["vllm-local"].capacity`` (R-CFG-4 path form). An added or
-removed entry is one path (``models["echo"]``). Values never leave this module: a change is a
-path and a kind, nothing else (R-REF-6).
+removed entry is one path (``models["echo"]``). A change carries the value before and after;
+``refresh.report`` alone decides which of them may be shown (R-REF-6).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -18,6 +19,7 @@ from typing import Any, Literal
 ADDED, REMOVED, CHANGED = "added", "removed", "changed"
 ChangeKind = Literal["added", "removed", "changed"]
 ROOT = "<root>"
+ABSENT: Any = type("Absent", (), {"__repr__": lambda self: "ABSENT"})()  # no value on that side
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -52,10 +54,13 @@ _PATTERN_TOKEN = re.compile(r"\[\*\]|\[\"((?:[^\"\\]|\\.)*)\"\]|\.?([A-Za-z_][A-
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One changed path: where, and whether it was added, removed or changed."""
+    """One changed path: where, whether it was added, removed or changed, and the values
+    before and after (``ABSENT`` on the side where the path does not exist)."""
 
     path: Path
     kind: ChangeKind
+    old: Any = dataclasses.field(default=ABSENT, compare=False, repr=False)
+    new: Any = dataclasses.field(default=ABSENT, compare=False, repr=False)
 
     @property
     def text(self) -> str:
@@ -154,7 +159,7 @@ def _walk(path: Path, old: Any, new: Any) -> Iterator[Change]:
     if same(old, new):
         return
     if _is_secret_ref(old) or _is_secret_ref(new):
-        yield Change(path, CHANGED)  # a secret reference is one value: reported as changed
+        yield Change(path, CHANGED, old, new)  # a secret reference is one value
         return
     if isinstance(old, Mapping) and isinstance(new, Mapping):
         yield from _walk_entries(path, dict(old), dict(new), keyed=False)
@@ -166,7 +171,7 @@ def _walk(path: Path, old: Any, new: Any) -> Iterator[Change]:
             yield from _walk_entries(path, old_entries, new_entries, keyed=True)
             return
     # Scalars, unkeyed lists (capabilities, command, filters) and type changes: one path.
-    yield Change(path, CHANGED)
+    yield Change(path, CHANGED, old, new)
 
 
 def _walk_entries(
@@ -175,8 +180,8 @@ def _walk_entries(
     for key in old.keys() | new.keys():
         child = (*path, Key(str(key)) if keyed else _segment(path, key))
         if key not in old:
-            yield Change(child, ADDED)
+            yield Change(child, ADDED, new=new[key])
         elif key not in new:
-            yield Change(child, REMOVED)
+            yield Change(child, REMOVED, old=old[key])
         else:
             yield from _walk(child, old[key], new[key])

@@ -1,18 +1,23 @@
 """The refresh report: stable, sorted, never-null lists of what a candidate changes (R-REF-4).
 
-A report holds paths, ids and classes only, never a config value, so credentials, hashes and
-token material cannot reach it (R-REF-6); loader messages are scrubbed of any literal secret
-written in the candidate as a second line of defence.
+Each changed path carries its old and new value so an operator sees what an apply does
+(``capacity`` 2 -> 5), except where the path is secret: credentials, secret references, header
+and environment maps, token hashes and program argv are marked ``secret`` and carry no value,
+and inside a shown value (an added entry) those fields read ``[redacted]`` (R-REF-6). Loader
+messages are scrubbed of any literal secret written in the candidate as a second line of
+defence. docs/refresh.md, "The report".
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from refresh.classify import LIVE, classify
-from refresh.diff import Key, Path, diff_documents
+from refresh.diff import ABSENT, Change, Key, Path, diff_documents
 
 REDACTED = "[redacted]"
 # Document keys whose literal string values (and, for maps, entry values) are secret material.
@@ -20,6 +25,10 @@ _SECRET_KEYS = frozenset(
     {"bearer_token", "metrics_token", "token", "credential", "token_hash_sha256"}
 )
 _SECRET_MAPS = frozenset({"headers", "env"})
+# Fields whose value is never shown in a report, even as a reference (an env name or a file
+# path says where a secret lives); argv may carry a key on the command line of a legacy CLI.
+_HIDDEN_FIELDS = _SECRET_KEYS | _SECRET_MAPS | {"command", "probe_command"}
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@?#]*@")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +94,13 @@ def diff_report(
     classified = classify(diff_documents(before, new))
     nodes, providers, models = _affected([c.change.path for c in classified], before, new)
     changes = tuple(
-        {"path": c.change.text, "kind": c.change.kind, "class": c.klass, "reason": c.reason}
+        {
+            "path": c.change.text,
+            "kind": c.change.kind,
+            "class": c.klass,
+            "reason": c.reason,
+            **shown_values(c.change),
+        }
         for c in classified
     )
     return Report(
@@ -96,6 +111,56 @@ def diff_report(
         changed_providers=tuple(sorted(providers)),
         changed_models=tuple(sorted(models)),
     )
+
+
+def shown_values(change: Change) -> dict[str, Any]:
+    """``{"secret": False, "old": ..., "new": ...}`` (a side absent where the path does not
+    exist), or ``{"secret": True}`` for a path whose value is never shown (R-REF-6)."""
+    hidden = any(isinstance(s, str) and s in _HIDDEN_FIELDS for s in change.path)
+    if hidden or _is_reference(change.old) or _is_reference(change.new):
+        return {"secret": True}
+    out: dict[str, Any] = {"secret": False}
+    if change.old is not ABSENT:
+        out["old"] = redacted(change.old)
+    if change.new is not ABSENT:
+        out["new"] = redacted(change.new)
+    return out
+
+
+def values_text(change: Mapping[str, Any], limit: int = 300) -> str:
+    """One line for a person: ``2 → 5``, ``(none) → {...}``, or ``changed`` for a secret path;
+    a side longer than ``limit`` characters is cut with an ellipsis."""
+    if change.get("secret", True):
+        return "changed"
+
+    def side(name: str) -> str:
+        if name not in change:
+            return "(none)"
+        text = json.dumps(change[name], ensure_ascii=False, sort_keys=True)
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+
+    return f"{side('old')} → {side('new')}"
+
+
+def redacted(value: Any) -> Any:
+    """A copy of a config value with every secret field, secret reference, header or
+    environment value and URL user-info replaced by ``[redacted]``."""
+    if isinstance(value, Mapping):
+        if _is_reference(value):
+            return REDACTED
+        return {
+            name: REDACTED if name in _HIDDEN_FIELDS else redacted(child)
+            for name, child in value.items()
+        }
+    if isinstance(value, list):
+        return [redacted(child) for child in value]
+    if isinstance(value, str):
+        return _USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", value)
+    return value
+
+
+def _is_reference(value: Any) -> bool:
+    return isinstance(value, Mapping) and len(value) == 1 and ("env" in value or "file" in value)
 
 
 def error_report(

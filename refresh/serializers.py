@@ -44,11 +44,15 @@ class RevisionCreateSerializer(serializers.Serializer):
 
 
 class ChangeSerializer(serializers.Serializer):
-    """One changed path, its kind, its class (R-REF-2) and why."""
+    """One changed path, its kind, its class (R-REF-2), why, and its old and new values
+    unless the path is secret (R-REF-6, docs/refresh.md "The report")."""
 
     path = serializers.CharField()
     kind = serializers.ChoiceField(choices=["added", "removed", "changed"])
     reason = serializers.CharField()
+    secret = serializers.BooleanField(help_text="True: a secret path; no value is given.")
+    old = serializers.JSONField(required=False, help_text="Before; absent when added.")
+    new = serializers.JSONField(required=False, help_text="After; absent when removed.")
 
     def get_fields(self) -> dict[str, serializers.Field]:
         fields = super().get_fields()

@@ -299,7 +299,8 @@ def main() -> int:
     )
     parser.add_argument(
         "--variant", action="append", choices=sorted(bench_cells.VARIANTS),
-        help="also run an Edge+Node with this fix undone, side by side (docs/performance.md)",
+        help="also run an Edge+Node with this fix undone, side by side "
+        "(docs/performance-history.md)",
     )  # fmt: skip
     args = parser.parse_args()
     args.rounds = max(3, args.rounds)

@@ -1,4 +1,5 @@
-"""The Stream Evidence Gate's cost, by measurement (docs/performance.md, "Stream Evidence Gate").
+"""The Stream Evidence Gate's cost, by measurement (docs/performance-history.md, "Stream
+Evidence Gate").
 
 In `make bench` (the ``gate`` suite): a second Edge+Node like the plain one with the gate on,
 streamed cells at c=1 and c=16 beside the plain Edge's, and a section comparing them.

@@ -7,7 +7,8 @@ One Edge with four principal tokens: ``plain`` and ``control`` (no policy), ``li
 which is never needed). wrk runs non-stream chat at c=16 with each token in turn, the order
 rotating per round, on the same Edge and upstream. The cost of a policy is the ratio of the
 medians of its token and ``plain``; the same ratio for ``control`` (an A/A run) is the noise
-floor of that invocation. Reports, never asserts (docs/performance.md, "Per-token limits").
+floor of that invocation. Reports, never asserts (docs/performance-history.md, "Per-token
+limits").
 
 Alone: ``.venv/bin/python scripts/bench_limits.py [--seconds 3 --rounds 5]``.
 

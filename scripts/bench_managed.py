@@ -7,7 +7,7 @@ document in managed mode (route table, slot unsealed, lease envelope sealed and 
 run). The figure is process CPU time per request; the difference between the two modes is
 what managed mode adds. A second legacy run in every round is the A/A noise floor. daphne,
 Twisted and the websocket are the same in both modes and are left out. Reports, never
-asserts (docs/performance.md, "Managed mode").
+asserts (docs/performance-history.md, "Managed mode").
 
 Alone: ``.venv/bin/python scripts/bench_managed.py [--requests 2000 --rounds 5]``; in
 ``make bench`` as the ``managed`` cell (a child process: it sets up Django on a database of

@@ -1,4 +1,5 @@
-"""Other gateways beside the Edge in `make bench` (docs/performance.md, "Against other gateways").
+"""Other gateways beside the Edge in `make bench` (docs/performance-history.md, "Against other
+gateways").
 
 - **Portkey's AI gateway** (npm ``@portkey-ai/gateway``, Node.js, ``NODE_ENV=production``,
   ``--headless``): always, when ``node`` and ``npm`` exist. Installed once from npm into

@@ -1,4 +1,4 @@
-"""The scale-out cells of `make bench` (R-SCALE-2; docs/performance.md, "Scale-out").
+"""The scale-out cells of `make bench` (R-SCALE-2; docs/performance-history.md, "Scale-out").
 
 Three clusters of real Edges and Nodes (``tests.support.cluster.Cluster``, the code behind
 ``scripts/scale_local.py``) on the local PostgreSQL, with the bench's shared upstream, every

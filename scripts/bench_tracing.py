@@ -4,7 +4,7 @@ Three Edge+Node stacks on one upstream: two with no ``OTEL_*`` (``off`` and ``of
 A/A pair whose difference is the noise floor of the invocation) and one exporting every
 request (``on``: ``parentbased_traceidratio`` 1.0) to an OTLP/HTTP sink in this process.
 wrk runs non-stream chat at c=16 against each in turn, the order rotating per round; the
-Edge's CPU per request is read from /proc. Reports, never asserts (docs/performance.md,
+Edge's CPU per request is read from /proc. Reports, never asserts (docs/performance-history.md,
 "Tracing").
 
 Alone: ``.venv/bin/python scripts/bench_tracing.py [--seconds 3 --rounds 5]``.

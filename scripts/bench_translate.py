@@ -1,4 +1,4 @@
-"""Where translation runs, by measurement (docs/performance.md, "Translation").
+"""Where translation runs, by measurement (docs/performance-history.md, "Translation").
 
 1. Each stream translator alone: microseconds per upstream event (recorded shapes).
 2. Request + whole-answer translation: microseconds per request.

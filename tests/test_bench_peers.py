@@ -1,4 +1,4 @@
-"""`make bench` sets other gateways beside the Edge (docs/performance.md, "Against other
+"""`make bench` sets other gateways beside the Edge (docs/performance-history.md, "Against other
 gateways"): the peers' section and targets are computed from medians of the same rounds. Figures
 here are made up; nothing is timed and no peer runs."""
 

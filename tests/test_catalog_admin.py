@@ -302,3 +302,13 @@ def test_provider_added_inline_goes_last_in_the_document(staff, catalog):
     assert staff.post(change_url(node), data).status_code == 302
     added = catalog_to_document()["nodes"][0]["providers"][-1]
     assert (added["id"], added["type"], added["command"]) == ("echo-2", "cli", ["cat"])
+
+
+def test_the_admin_is_branded_with_the_product_name(staff, client):
+    """Every admin page and the login say "IOP Edge", never "Django administration"."""
+    index = staff.get("/admin/").content.decode()
+    assert "<title>Administration | IOP Edge</title>" in index
+    assert '<a href="/admin/">IOP Edge</a>' in index and "Django administration" not in index
+    client.logout()
+    login = client.get("/admin/login/").content.decode()
+    assert "IOP Edge" in login and "Django" not in login

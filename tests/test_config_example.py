@@ -11,8 +11,10 @@ from catalog.config import load_file, load_snapshot, parse_text
 from tests.support.processes import EDGE_YAML
 from tests.support.processes import ROOT as REPO
 
-SPEC_EXAMPLE = Path(__file__).resolve().parents[2] / "shared" / "spec" / "edge.example.yaml"
-SPEC_NODE_EXAMPLE = Path(__file__).resolve().parents[2] / "shared" / "spec" / "node.example.yaml"
+# The contract's reference documents, kept in the repository so every checkout tests them.
+REFERENCE = Path(__file__).resolve().parent / "data" / "reference"
+SPEC_EXAMPLE = REFERENCE / "edge.example.yaml"
+SPEC_NODE_EXAMPLE = REFERENCE / "node.example.yaml"
 NODE_YAML = REPO / "configs" / "node.yaml"
 
 
@@ -32,7 +34,7 @@ def uncomment_glm(text: str) -> str:
 
 
 def _texts() -> list[Path]:
-    return [path for path in (SPEC_EXAMPLE, EDGE_YAML) if path.exists()]
+    return [SPEC_EXAMPLE, EDGE_YAML]
 
 
 @pytest.mark.parametrize("path", _texts(), ids=lambda p: p.name)
@@ -78,7 +80,7 @@ def test_example_glm_block_uncommented_loads_as_two_separate_providers_r_prof_7(
 
 
 def test_uncomment_glm_changes_only_the_glm_lines():
-    text = SPEC_EXAMPLE.read_text() if SPEC_EXAMPLE.exists() else EDGE_YAML.read_text()
+    text = SPEC_EXAMPLE.read_text()
     changed = [
         (a, b)
         for a, b in zip(text.splitlines(), uncomment_glm(text).splitlines(), strict=True)
@@ -94,10 +96,9 @@ def test_shipped_edge_config_matches_the_example_document():
     warning an unset legacy token gives, docs/configuration.md)."""
     shipped = load_file(EDGE_YAML).document
     assert "bearer_token" not in shipped["openai"]
-    if SPEC_EXAMPLE.exists():
-        reference = load_file(SPEC_EXAMPLE).document
-        reference["openai"].pop("bearer_token", None)
-        assert shipped == reference
+    reference = load_file(SPEC_EXAMPLE).document
+    reference["openai"].pop("bearer_token", None)
+    assert shipped == reference
 
 
 def test_shipped_node_config_is_the_node_example():
@@ -105,5 +106,4 @@ def test_shipped_node_config_is_the_node_example():
     document = parse_text(NODE_YAML.read_text())
     assert document["node_id"] == "node-local"
     assert document["token"] == {"env": "IOP_NODE_TOKEN"}
-    if SPEC_NODE_EXAMPLE.exists():
-        assert document == parse_text(SPEC_NODE_EXAMPLE.read_text())
+    assert document == parse_text(SPEC_NODE_EXAMPLE.read_text())

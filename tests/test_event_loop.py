@@ -1,6 +1,6 @@
 """The Edge and the Node run on uvloop when it is installed; ``IOP_EVENT_LOOP=asyncio`` keeps
 asyncio's own loop, and a value that names no loop stops either process at start
-(docs/performance.md, "uvloop")."""
+(docs/performance-history.md, "uvloop")."""
 
 from __future__ import annotations
 

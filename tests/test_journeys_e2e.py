@@ -249,7 +249,8 @@ def test_changing_a_capacity_from_the_admin_follows_the_documented_clicks(
             page.goto(base + "/admin/")
             page.get_by_role("link", name=revisions, exact=True).first.click()
             page.get_by_role("button", name=create).click()
-            assert ECHO_CAPACITY in page.content()
+            row = page.locator("tr", has_text=ECHO_CAPACITY)
+            assert row.locator("td.refresh-values").inner_text().strip() == "3 → 4"  # the page
             page.get_by_role("button", name=apply).click()
             assert "Applied revision" in page.locator(".messagelist").inner_text()
         finally:

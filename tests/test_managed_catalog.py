@@ -232,6 +232,71 @@ def test_the_admin_lists_routes_without_their_keys_r_mgd_3(keyring_file, staff):
     assert (route.principal_ref, route.enabled, route.revision) == ("research", False, 2)
 
 
+def test_the_admin_creates_a_route_and_shows_its_key_once_r_mgd_3(keyring_file, staff):
+    """R-MGD-3: a route made in the admin, checked like `iop_route create`; the answer to the
+    POST carries the key (never cached), the row only its sha256, no later page the key."""
+    set_slot("a", "glm")
+    add = reverse("admin:catalog_route_add")
+    form = {"key": "team", "model_group": "glm", "slots": "glm=a\n", "principal_ref": ""}
+    response = staff.post(add, form)
+    assert response.status_code == 200 and "no-store" in response["Cache-Control"]
+    page = response.content.decode()
+    key = page.split('id="route-key"', 1)[1].split(">", 1)[1].split("<", 1)[0]
+    assert key.startswith("iop_route_") and "It is shown only now" in page
+    route = Route.objects.get(key="team")
+    assert route.key_hash_sha256 == hashlib.sha256(key.encode()).hexdigest()
+    assert [str(b) for b in route.slots.all()] == ["glm=a"]
+    change = reverse("admin:catalog_route_change", args=[route.pk])
+    for url in (change, reverse("admin:catalog_route_changelist")):
+        assert key not in staff.get(url).content.decode()
+    assert key not in json.dumps(list(Route.objects.values()))
+
+
+def test_the_admin_refuses_a_route_the_command_would_refuse_r_mgd_6(keyring_file, staff):
+    """R-MGD-6: the same checks as the command, as form errors; nothing is created."""
+    set_slot("coding", "glm_coding")
+    add = reverse("admin:catalog_route_add")
+    form = {"key": "r", "model_group": "glm", "slots": "glm=coding", "principal_ref": ""}
+    page = staff.post(add, form).content.decode()
+    assert "slot &#x27;coding&#x27; is for profile family &#x27;glm_coding&#x27;" in page
+    form = {**form, "key": "bad id!", "slots": "glm-coding=coding", "model_group": "coder"}
+    assert "route id &#x27;bad id!&#x27; must be" in staff.post(add, form).content.decode()
+    assert not Route.objects.exists()
+
+
+def test_the_admin_rotates_a_route_key_shown_once_r_mgd_3(keyring_file, staff):
+    """R-MGD-3, R-AUTH-5: a new key replaces the old one (only its sha256 stored) and the
+    route revision goes up; a GET does nothing."""
+    set_slot("a", "glm")
+    old = create_route("team", "--model", "glm", "--slot", "glm=a")
+    route = Route.objects.get()
+    rotate = reverse("admin:catalog_route_rotate_key", args=[route.pk])
+    assert staff.get(rotate).status_code == 405
+    change_page = staff.get(reverse("admin:catalog_route_change", args=[route.pk]))
+    assert rotate in change_page.content.decode()
+    response = staff.post(rotate)
+    assert response.status_code == 200 and "no-store" in response["Cache-Control"]
+    page = response.content.decode()
+    new = page.split('id="route-key"', 1)[1].split(">", 1)[1].split("<", 1)[0]
+    assert new.startswith("iop_route_") and new != old
+    assert "The previous key no longer works" in page
+    route.refresh_from_db()
+    assert route.key_hash_sha256 == hashlib.sha256(new.encode()).hexdigest()
+    assert route.revision == 2
+
+
+def test_iop_route_rotate_prints_the_new_key_once_r_mgd_3(keyring_file):
+    set_slot("a", "glm")
+    old = create_route("team", "--model", "glm", "--slot", "glm=a")
+    out = io.StringIO()
+    call_command("iop_route", "rotate", "team", "--json", stdout=out)
+    new = json.loads(out.getvalue())["key"]
+    route = Route.objects.get()
+    assert new != old and route.key_hash_sha256 == hashlib.sha256(new.encode()).hexdigest()
+    with pytest.raises(CommandError, match="no route 'nope'"):
+        call_command("iop_route", "rotate", "nope", stdout=io.StringIO())
+
+
 @pytest.mark.parametrize(
     ("data", "error"),
     [

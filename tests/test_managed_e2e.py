@@ -20,10 +20,10 @@ import yaml
 
 from tests.fakes import CLI_TOOL
 from tests.support import Stack
-from tests.support.managed import ISSUER_KEY_ID, ManagedKeys, mint_keys
+from tests.support.managed import ManagedKeys, managed_stack, mint_keys
 from tests.support.scale_failures import eventually
 from tests.support.stack import provider_row
-from tests.support.tls import Pair, Pki
+from tests.support.tls import Pki
 
 pytestmark = pytest.mark.slow
 
@@ -33,10 +33,6 @@ OLLAMA_SECRET = "sk-e2e-ollama-2b7e90d4"
 TOOL_SECRET = "sk-e2e-tool-c41f6a38"
 NODE = "node-1"
 TOOL_DUMP = "tool-env.json"
-
-
-def _tls(pair: Pair) -> dict[str, str]:
-    return {"cert_file": str(pair.cert), "key_file": str(pair.key)}
 
 
 class Managed:
@@ -94,45 +90,26 @@ def managed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Managed]:
     directory = tmp_path_factory.mktemp("managed")
     pki = Pki(directory / "pki")
     keys = mint_keys(directory / "keys", NODE)
-    keyring = directory / "keyring.json"
-    providers = [
-        {"id": "glm-general", "profile": "glm", "base_url": "{up:main}/v1", "capacity": 2},
-        {"id": "glm-coding", "profile": "glm_coding", "base_url": "{up:main}/v1"},
-        # R-MGD-11: an Ollama behind an authenticating proxy, and a cli program.
+    # R-MGD-11: an Ollama behind an authenticating proxy, and a cli program; R-MGD-10: a
+    # provider probed without a credential by an upstream that answers 401 to everything.
+    extra = [
         {"id": "ollama-1", "profile": "ollama", "base_url": "{up:ollama}"},
         {"id": "tool-1", "profile": "cli", "credential_env": "TOOL_API_KEY",
          "command": [sys.executable, CLI_TOOL, "envdump", str(directory / TOOL_DUMP)]},
-        # R-MGD-10: probed without a credential by an upstream that answers 401 to everything.
         {"id": "glm-probed", "profile": "glm", "base_url": "{up:deny}/v1", "probe_interval_s": 1},
     ]  # fmt: skip
-    node_config = {"tls": {"ca_file": str(pki.ca_file)}, "credential_plane": keys.node_plane()}
-    stack = Stack(
-        directory / "stack",
-        edge={"tls": _tls(pki.edge)},
-        openai={"tls": _tls(pki.edge), "principal_tokens": []},
-        credential_plane={
-            "enabled": True,
-            "issuer": {"key_id": ISSUER_KEY_ID, "private_key_file": str(keys.issuer_key)},
-            "keyring_file": str(keyring),
-        },
-        nodes=[
-            {
-                "id": NODE,
-                "providers": providers,
-                "config": node_config,
-                "recipient": {"key_id": f"{NODE}-recipient", "public_key_file": str(keys.node_pub)},
-            }
-        ],
-        models=[
-            {"id": "glm", "providers": {"glm-general": "glm-4.6"}},
-            {"id": "coder", "providers": {"glm-coding": "glm-4.6"}},
+    stack = managed_stack(
+        directory,
+        pki,
+        keys,
+        extra_providers=extra,
+        extra_models=[
             {"id": "local", "providers": {"ollama-1": "llama3"}},
             {"id": "tool", "providers": {"tool-1": "tool"}},
         ],
         upstreams={"main": "openai", "ollama": "ollama", "deny": "openai"},
         log_level="DEBUG",  # the canary must not show up even at the most verbose level
     )
-    stack.manage("iop_keyring", "init", str(keyring), "--key-id", "k1")
     with stack:
         env = Managed(stack, pki, keys)
         env.changing("iop_slot", "set", "glm-main", "--profile", "glm", stdin=SECRET.encode())

@@ -8,6 +8,7 @@ import asyncio
 import json
 import math
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -17,6 +18,7 @@ import pytest
 
 from pool.http.errors import ERRORS
 from tests.support import Stack, messages_profile
+from tests.support.fixtures import shared_stack
 from tests.support.stack import provider_row
 
 pytestmark = pytest.mark.slow
@@ -25,8 +27,7 @@ QUEUE_TIMEOUT_MS = 1500  # long enough for a loaded box to send the third reques
 CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def _options(directory: Path) -> dict[str, Any]:
     providers = [
         {"id": "p-main", "profile": "openai", "base_url": "{up:main}/v1", "capacity": 4},
         {
@@ -47,22 +48,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         {"id": "offline-test", "providers": {"p-off": "served-off"}},
         {"id": "claude-test", "providers": {"p-msg": "served-claude"}},
     ]
-    with Stack(
-        tmp_path_factory.mktemp("errors"),
-        upstreams={"main": "openai", "slow": "openai"},
-        providers=providers,
-        models=models,
-        profiles={"messages_api": messages_profile()},
-        pool={"max_queue": 1, "queue_timeout_ms": QUEUE_TIMEOUT_MS},
-        openai={"max_request_bytes": 4096},
-    ) as running:
-        yield running
+    return {
+        "upstreams": {"main": "openai", "slow": "openai"},
+        "providers": providers,
+        "models": models,
+        "profiles": {"messages_api": messages_profile()},
+        "pool": {"max_queue": 1, "queue_timeout_ms": QUEUE_TIMEOUT_MS},
+        "openai": {"max_request_bytes": 4096},
+    }
 
 
-@pytest.fixture(autouse=True)
-def idle_after(stack: Stack) -> Iterator[None]:
-    with stack.clean_slate():
-        yield
+stack, _clean_slate = shared_stack("errors", _options)
 
 
 def assert_error(resp: httpx.Response, code: str) -> dict[str, Any]:

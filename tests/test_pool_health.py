@@ -18,14 +18,7 @@ from pool.engine import (
     ProviderPool,
     Unavailable,
 )
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import Clock
 
 
 def policy(

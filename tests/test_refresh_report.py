@@ -8,7 +8,7 @@ import random
 
 from catalog.config import load_file
 from refresh.diff import diff_documents, parse_pattern, render
-from refresh.report import REDACTED, diff_report, error_report
+from refresh.report import REDACTED, diff_report, error_report, values_text
 from tests.support.processes import EDGE_YAML
 
 BASE = load_file(EDGE_YAML).document
@@ -112,7 +112,7 @@ def test_paths_render_ids_as_quoted_keys_and_round_trip():
 
 
 def test_secrets_and_hashes_are_reported_as_changed_paths_never_as_values():
-    """R-REF-6: the report carries paths only."""
+    """R-REF-6: a secret path is marked secret and carries neither value nor reference."""
     candidate = copy.deepcopy(BASE)
     old_hash = candidate["openai"]["principal_tokens"][0]["token_hash_sha256"]
     new_hash = "ab" * 32
@@ -134,6 +134,71 @@ def test_secrets_and_hashes_are_reported_as_changed_paths_never_as_values():
     ):
         assert value not in text
     assert "openai.bearer_token" in text and '"changed"' in text
+    changes = {c["path"]: c for c in report_of(candidate)["changes"]}
+    assert changes["openai.bearer_token"] == {
+        "path": "openai.bearer_token",
+        "kind": "added",
+        "class": "restart_required",
+        "reason": changes["openai.bearer_token"]["reason"],
+        "secret": True,
+    }
+
+
+def test_a_changed_value_is_shown_old_to_new_r_ref_4():
+    """R-REF-4: an operator sees what an apply does: ``capacity`` 2 -> 5, not just the path."""
+    candidate = copy.deepcopy(BASE)
+    vllm = next(p for p in candidate["nodes"][0]["providers"] if p["id"] == "vllm-local")
+    old_capacity = vllm["capacity"]
+    vllm["capacity"] = old_capacity + 3
+    change = next(c for c in report_of(candidate)["changes"] if c["path"].endswith(".capacity"))
+    assert change["path"] == 'nodes["node-local"].providers["vllm-local"].capacity'
+    assert (change["secret"], change["old"], change["new"]) == (
+        False,
+        old_capacity,
+        vllm["capacity"],
+    )
+    assert values_text(change) == f"{old_capacity} → {vllm['capacity']}"
+
+
+def test_an_added_entry_shows_its_value_with_every_secret_field_redacted_r_ref_6():
+    """R-REF-6: inside a shown value (a whole added provider) credentials, header and env
+    values, argv and URL user-info read ``[redacted]``; a removed one shows only ``old``."""
+    candidate = copy.deepcopy(BASE)
+    node = candidate["nodes"][0]
+    node["providers"].append(
+        {
+            "id": "extra",
+            "profile": "openai",
+            "base_url": "http://user:sk-userinfo-7@10.0.0.9:8000/v1",
+            "capacity": 3,
+            "credential": {"env": "EXTRA_KEY_VARIABLE"},
+            "headers": {"X-Api-Key": "sk-header-8"},
+        }
+    )
+    removed = candidate["models"].pop()
+    report = report_of(candidate)
+    text = json.dumps(report)
+    for secret in ("sk-userinfo-7", "EXTRA_KEY_VARIABLE", "sk-header-8"):
+        assert secret not in text
+    changes = {c["path"]: c for c in report["changes"]}
+    added = changes['nodes["node-local"].providers["extra"]']
+    assert "old" not in added and added["new"]["capacity"] == 3
+    assert added["new"]["credential"] == REDACTED and added["new"]["headers"] == REDACTED
+    assert added["new"]["base_url"] == f"http://{REDACTED}@10.0.0.9:8000/v1"
+    gone = changes[f'models["{removed["id"]}"]']
+    assert "new" not in gone and gone["old"]["id"] == removed["id"]
+    assert values_text(gone).endswith("→ (none)")
+
+
+def test_a_program_argv_is_never_shown_r_ref_6():
+    """R-REF-6: argv may carry a key on a legacy CLI's command line: "changed" only."""
+    candidate = copy.deepcopy(BASE)
+    cli = next(p for p in candidate["nodes"][0]["providers"] if p.get("command"))
+    cli["command"] = [*cli["command"], "--api-key", "sk-argv-9"]
+    report = report_of(candidate)
+    assert "sk-argv-9" not in json.dumps(report)
+    change = next(c for c in report["changes"] if c["path"].endswith(".command"))
+    assert change["secret"] is True and values_text(change) == "changed"
 
 
 def test_error_messages_are_scrubbed_of_literal_secrets_written_in_the_candidate():

@@ -12,6 +12,7 @@ from typing import Any
 import openai
 import pytest
 
+from pool.http.errors import ERRORS
 from tests.support import Stack
 from tests.support.translation import PROVIDER_KEY, metric, translation_stack
 
@@ -342,14 +343,30 @@ def test_responses_options_without_a_chat_counterpart_are_refused_r_xlate_2(
     assert glm_requests(stack) == []
 
 
-def test_a_broken_chat_stream_ends_a_responses_stream_with_an_error(
-    stack: Stack, oai: openai.OpenAI
+@pytest.mark.parametrize("fault", ["stream_error", "drop_mid_stream"])
+def test_a_chat_stream_failing_mid_way_ends_the_responses_stream_with_response_failed_r_xlate_1(
+    stack: Stack, oai: openai.OpenAI, fault: str
 ) -> None:
-    """An upstream error mid-stream ends the Responses stream with an error the SDK raises."""
-    stack.upstream("main").server.faults.stream_error = True
-    with pytest.raises(openai.APIError) as caught:
-        list(oai.responses.create(model="responses-over-glm", input="x", stream=True))
-    assert "model crashed" in str(caught.value)
+    """R-XLATE-1: a Chat stream that fails after its first chunk (an in-band error event, or
+    the connection dropped) ends the translated Responses stream, already started, as the
+    Responses API does: the SDK yields ``response.failed`` with status ``failed`` and the
+    error's stable code and message; it raises nothing."""
+    faults = stack.upstream("main").server.faults
+    setattr(faults, fault, True)
+    faults.delay = 0.2  # each chunk its own frame: the client's stream starts before the fault
+    events = list(oai.responses.create(model="responses-over-glm", input="x", stream=True))
+    kinds = [event.type for event in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert kinds[-1] == "response.failed" and kinds.count("response.failed") == 1
+    assert "response.completed" not in kinds
+    numbers = [event.sequence_number for event in events]
+    assert numbers == list(range(numbers[0], numbers[0] + len(events)))
+    failed = events[-1].response  # type: ignore[union-attr]
+    assert failed.status == "failed" and failed.id == events[0].response.id  # type: ignore[union-attr]
+    assert failed.error is not None and failed.error.code in ERRORS
+    assert failed.error.message
+    if fault == "stream_error":  # the text so far came first
+        assert "response.output_text.delta" in kinds and "model crashed" in failed.error.message
 
 
 def test_a_translated_responses_request_is_metered_under_responses(

@@ -334,6 +334,25 @@ def test_a_length_finish_is_an_incomplete_response() -> None:
     assert got[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
 
 
+def test_a_failure_ends_a_responses_stream_with_response_failed_r_xlate_1() -> None:
+    """R-XLATE-1: the Responses API's own end of a failed stream, with the output so far and
+    the next sequence number; nothing after it, and nothing once the stream has ended."""
+    translator = ResponsesViaChatStream("m", ECHO)
+    started = events(translator.feed(sse(chunk({"role": "assistant"}), chunk({"content": "a"}))))
+    failed = events(translator.failed("upstream_error", "the upstream stopped"))
+    assert [e["type"] for e in failed] == ["response.failed"]
+    assert failed[0]["sequence_number"] == started[-1]["sequence_number"] + 1
+    response = failed[0]["response"]
+    assert response["id"] == started[0]["response"]["id"] and response["status"] == "failed"
+    assert response["error"] == {"code": "upstream_error", "message": "the upstream stopped"}
+    assert [item["type"] for item in response["output"]] == ["message"]
+    assert translator.failed("upstream_error", "again") == ""
+    assert translator.feed(sse(chunk({"content": "late"}))) == ""
+    done = ResponsesViaChatStream("m", ECHO)
+    run(done, CHAT_TEXT_STREAM)
+    assert done.failed("upstream_error", "after the end") == ""
+
+
 def test_sse_reader_handles_crlf_comments_and_multiline_data() -> None:
     reader = SseReader()
     assert reader.feed(': ping\r\n\r\nevent: x\r\ndata: {"a":\r\ndata: 1}\r\n') == []

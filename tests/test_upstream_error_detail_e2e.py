@@ -13,7 +13,8 @@ import re
 import secrets
 import socket
 import sys
-from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -21,6 +22,7 @@ import pytest
 
 from tests.fakes import CLI_TOOL
 from tests.support import Stack
+from tests.support.fixtures import shared_stack
 from tests.support.payloads import chat_body
 
 pytestmark = pytest.mark.slow
@@ -36,8 +38,7 @@ def closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def _options(directory: Path) -> dict[str, Any]:
     providers = [
         {"id": "p-tunnel", "profile": "openai", "base_url": "{up:main}/v1", "capacity": 2},
         {"id": "p-ollama", "profile": "ollama", "base_url": "{up:ollama}", "capacity": 2},
@@ -60,19 +61,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         {"id": "cli", "providers": {"p-cli": "fail"}},
         {"id": "refused", "providers": {"p-refused": "served-refused"}},
     ]
-    with Stack(
-        tmp_path_factory.mktemp("error-detail"),
-        upstreams={"main": "openai", "ollama": "ollama"},
-        providers=providers,
-        models=models,
-    ) as running:
-        yield running
+    return {
+        "upstreams": {"main": "openai", "ollama": "ollama"},
+        "providers": providers,
+        "models": models,
+    }
 
 
-@pytest.fixture(autouse=True)
-def idle_after(stack: Stack) -> Iterator[None]:
-    with stack.clean_slate():
-        yield
+stack, _clean_slate = shared_stack("error-detail", _options)
 
 
 def upstream_address(stack: Stack, name: str) -> str:

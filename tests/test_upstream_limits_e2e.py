@@ -5,13 +5,15 @@ host, and no lease is held afterwards (R-POOL-9)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from tests.fakes import CLI_TOOL
 from tests.support import Stack
+from tests.support.fixtures import shared_stack
 
 pytestmark = pytest.mark.slow
 
@@ -19,9 +21,7 @@ BODY_CAP = 1024 * 1024
 CHAT = "/v1/chat/completions"
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    directory = tmp_path_factory.mktemp("limits")
+def _options(directory: Path) -> dict[str, Any]:
     providers = [
         {"id": "p-openai", "profile": "openai", "base_url": "{up:main}/v1", "capacity": 2},
         {"id": "p-fork", "type": "cli", "capacity": 1,
@@ -35,19 +35,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         {"id": "node-1", "providers": providers,
          "config": {"limits": {"max_body_bytes": BODY_CAP}}},
     ]  # fmt: skip
-    with Stack(
-        directory,
-        upstreams={"main": "openai", "elsewhere": "openai"},
-        nodes=nodes,
-        models=models,
-    ) as running:
-        yield running
+    return {
+        "upstreams": {"main": "openai", "elsewhere": "openai"},
+        "nodes": nodes,
+        "models": models,
+    }
 
 
-@pytest.fixture(autouse=True)
-def _clean(stack: Stack) -> Iterator[None]:
-    with stack.clean_slate():  # R-POOL-9: every test ends with no lease held
-        yield
+stack, _clean_slate = shared_stack("limits", _options)
 
 
 def _chat(model: str = "gpt-test") -> dict[str, object]:

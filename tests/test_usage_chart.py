@@ -159,6 +159,24 @@ def test_the_page_draws_a_chart_per_principal_and_per_model_group(staff):
 
 
 @pytest.mark.django_db
+def test_the_no_label_buckets_are_named_in_words_r_prin_4(staff):
+    """R-PRIN-4: the ledger's ``-`` (a request refused before routing, a caller without a
+    principal token) reads as words on the page and in the filters, never as ``-``."""
+    ledger(0, "-", "-", 2)
+    response = staff.get(reverse("usage-chart"))
+    text = response.content.decode()
+    assert "<h3>no model group (refused before routing)</h3>" in text
+    assert "<h3>no principal (no principal token)</h3>" in text
+    assert "<h3>-</h3>" not in text
+    assert '<option value="-">no model group (refused before routing)</option>' in text
+    response = staff.get(reverse("usage-chart"), {"model_group": "-"})
+    sections = dict((key, section) for key, _, section in response.context["sections"])
+    assert [c.title for c in sections["model_group"].charts] == [
+        "no model group (refused before routing)"
+    ]
+
+
+@pytest.mark.django_db
 def test_the_page_filters_by_principal_and_model_group(staff):
     """R-PRIN-4: the page filters by principal and model group."""
     ledger(0, "team-a", "gpt", 3)

@@ -38,7 +38,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="on SIGTERM, how long in-flight runs may finish before they fail (default 10)",
     )
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
+        help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL, in any case",
+    )
     parser.add_argument("--check", action="store_true", help="validate the config and exit")
     parser.add_argument("--version", action="version", version=f"iop-node {__version__}")
     return parser
@@ -46,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _run(config: NodeConfig, grace_s: float, tracing: Tracing | None) -> None:
     client = NodeClient(config, shutdown_grace_s=grace_s, tracing=tracing)
-    settle_heap()  # the collector's pauses were the long tail (docs/performance.md)
+    settle_heap()  # the collector's pauses were the long tail (docs/performance-history.md)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, client.stop)

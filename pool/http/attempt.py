@@ -98,6 +98,7 @@ async def open_attempt(
     attempt.channel = await attempt.runtime.hub.open_run(lease, spec, attempt.window)
     observe.running(attempt.channel.run_id, lease.node_id, lease.provider_id)
     source: RunSource = attempt.channel
+    ex.in_band_failure = None if xlate is None or xlate.stream is None else xlate.stream.failed
     if xlate is not None:
         source = TranslatedChannel(attempt.channel, stream=xlate.stream, whole=xlate.whole)
     return source, target

@@ -8,6 +8,7 @@ every dispatched request runs beside a ``DisconnectWatch``.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Protocol
 
 from edgekit.http import Receive, Send
@@ -48,6 +49,7 @@ class Exchange:
         "done",
         "extra_headers",
         "flow",
+        "in_band_failure",
         "output_bytes",
         "provider_id",
         "reached",
@@ -83,6 +85,8 @@ class Exchange:
         self.text_chars = 0
         self.tally: TextTally | None = None
         self.spent: list[Spent] = []
+        # A translated stream's own end after a failure (a Responses stream: response.failed).
+        self.in_band_failure: Callable[[str, str], str | None] | None = None
 
     async def respond(
         self, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = JSON_HEADERS
@@ -108,9 +112,16 @@ class Exchange:
             await self.send({"type": "http.response.body", "body": error_json(err, self.anthropic)})
         elif not self.done:  # never a silent truncation: the stream ends with the error
             self.done = True
-            await self.send(
-                {"type": "http.response.body", "body": stream_error_event(err, self.anthropic)}
-            )
+            await self.send({"type": "http.response.body", "body": self.failure_event(err)})
+
+    def failure_event(self, err: HttpError) -> bytes:
+        """The in-band event that ends this stream after a failure: the translator's when it
+        speaks for the client's protocol, else the error event of the client's API."""
+        if self.in_band_failure is not None:
+            text = self.in_band_failure(err.code, err.message)
+            if text is not None:
+                return text.encode()
+        return stream_error_event(err, self.anthropic)
 
     @property
     def relayed_chars(self) -> int:
@@ -234,7 +245,7 @@ async def relay_stream(
             raise err
         await ex.open_stream()
         ex.status, ex.code = err.status, err.code
-        await ex.chunk(body + stream_error_event(err, ex.anthropic), False)
+        await ex.chunk(body + ex.failure_event(err), False)
         return end
 
 

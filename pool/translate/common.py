@@ -177,6 +177,11 @@ class SseTranslator:
         """The upstream stream ended before the translator was done."""
         raise upstream("the provider's stream ended before its stop event")
 
+    def failed(self, code: str, message: str) -> str | None:
+        """The event that ends this stream after a failure, in the client's protocol; None
+        when the client API's own error event is the right end (Chat, Messages)."""
+        return None
+
 
 class StreamTranslator(Protocol):
     """Upstream SSE text in, client SSE text out; ``close`` at the upstream's normal end.
@@ -188,6 +193,8 @@ class StreamTranslator(Protocol):
     def feed(self, text: str) -> str: ...
 
     def close(self) -> str: ...
+
+    def failed(self, code: str, message: str) -> str | None: ...
 
 
 class WholeTranslator(Protocol):

@@ -5,8 +5,10 @@
 (``message`` or ``function_call``), ``response.content_part.added``,
 ``response.output_text.delta`` / ``.done``, ``response.content_part.done``,
 ``response.function_call_arguments.delta`` / ``.done``, ``response.output_item.done``, and at
-the end ``response.completed`` (or ``response.incomplete``) carrying the whole Response.
-Every event has a rising ``sequence_number``.
+the end ``response.completed`` (or ``response.incomplete``) carrying the whole Response. A
+failure after the stream started ends it as the Responses API does: ``response.failed``
+carrying the Response so far with ``status: failed`` and ``error: {code, message}``. Every
+event has a rising ``sequence_number``.
 """
 
 from __future__ import annotations
@@ -177,3 +179,18 @@ class ResponsesViaChatStream(ChatChunkTranslator):
         response = self._response(self._reason)
         kind = "response.completed" if response["status"] == "completed" else "response.incomplete"
         self._emit(out, kind, response=response)
+
+    def failed(self, code: str, message: str) -> str:
+        """``response.failed`` with the output so far (R-XLATE-1); nothing after an end."""
+        if self._done:
+            return ""
+        self._done = True
+        if not self._id:
+            self._id = response_id(None)
+        response = response_object(
+            self._id, self._model, self._created, self._echo, self._output, None, self._usage_seen
+        )
+        response.update(status="failed", error={"code": code, "message": message})
+        out: list[str] = []
+        self._emit(out, "response.failed", response=response)
+        return "".join(out)

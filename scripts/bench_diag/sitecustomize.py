@@ -5,7 +5,7 @@ exit, per generation: passes, total and longest pause (wall ms, and the collecto
 ms, which other work on the machine does not inflate), how many took over 1 ms, and every
 pause over 2 ms with its time since start.
 ``IOP_BENCH_UNDO=gc``: make ``gc.freeze`` and ``gc.set_threshold`` no-ops, to measure a
-process as it was before the heap was settled (docs/performance.md).
+process as it was before the heap was settled (docs/performance-history.md).
 ``IOP_BENCH_GC_THRESHOLD=A,B,C``: start with these collector thresholds.
 ``IOP_BENCH_ASYNCIO_IN=edge`` (or ``node``, or both): that process runs on asyncio's own
 loop instead of uvloop (``IOP_EVENT_LOOP=asyncio`` for it alone, nodes/loop.py).

@@ -85,8 +85,19 @@ Modules
     configs/edge.yaml and attached as the running Edge the admin and REST API reach;
     ``capacity_edit(edge, capacity)``: the running document with a live edit.
 ``browser``
-    ``browser_page()``: headless Debian Chromium via Playwright; ``admin_login(page, user,
-    password)``; ``NEEDS_CHROMIUM`` (marks that skip where it is missing).
+    ``browser_page(test_ca=False)``: headless Debian Chromium via Playwright (``test_ca``
+    accepts a ``tls.Pki`` certificate); ``admin_login(page, user, password)``;
+    ``NEEDS_CHROMIUM`` (marks that skip where it is missing).
+``fixtures``
+    The shared fixtures (``http``, ``oai``, ``ant``, the fake upstreams) and
+    ``shared_stack(name, options)``: a module's one ``stack`` and the autouse fixture that
+    wraps each test in ``clean_slate()``, for modules that inject upstream faults.
+``journeys`` / ``doc_pages``
+    Docs run as written: ``doc_blocks(page, tag, lang)`` (tagged blocks by name),
+    ``source_checkout(dir)`` (a fresh copy of the tracked files), ``JourneyEdge`` for
+    docs/journeys.md; ``Machine`` (a fresh checkout with its own ``/etc/iop``) and
+    ``DocPage(page, tag, substitutions)`` (``run``, ``write``, ``start``, ``install_edge``,
+    placeholders filled from earlier output) for pages set up across machines.
 ``clock``
     ``Clock``: a hand-driven clock.
 ``metering``
@@ -98,7 +109,9 @@ Modules
 ``managed``
     ``mint_keys(directory, node_id) -> ManagedKeys``: the issuer and a Node's recipient key
     pair as ``iop_keys`` writes them; ``.node_plane()`` (node.yaml ``credential_plane``),
-    ``.envelope(secret, binding, ...)`` (issued as the Edge issues it).
+    ``.envelope(secret, binding, ...)`` (issued as the Edge issues it);
+    ``managed_stack(directory, pki, keys, **options)``: a managed-mode ``Stack`` over TLS
+    (GLM General and Coding Plan providers, groups ``glm`` and ``coder``, its keyring made).
 """
 
 from tests.support.ports import free_port

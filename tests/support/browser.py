@@ -38,14 +38,15 @@ NEEDS_CHROMIUM = [
 
 
 @contextmanager
-def browser_page(timeout_ms: int = 15_000) -> Iterator[Page]:
-    """A fresh page in a fresh headless browser, closed afterwards."""
+def browser_page(timeout_ms: int = 15_000, *, test_ca: bool = False) -> Iterator[Page]:
+    """A fresh page in a fresh headless browser, closed afterwards. ``test_ca``: accept the
+    certificate of a test PKI (``tests.support.tls``), which the browser's store lacks."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
-            tab = browser.new_page()
+            tab = browser.new_page(ignore_https_errors=test_ca)
             tab.set_default_timeout(timeout_ms)
             yield tab
         finally:

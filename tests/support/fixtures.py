@@ -6,11 +6,17 @@ loopback),
 wire, sending one provider ``p1`` on ``fake_openai``). End-to-end modules that define a
 ``stack`` fixture get clients of it: ``http`` (httpx), ``oai`` (openai), ``ant`` (anthropic);
 no retries, so a test sees exactly what the Edge answered.
+
+``shared_stack(name, options)``: the two fixtures of a module whose tests share one ``Stack``
+and inject faults into its upstreams: ``stack`` (module scope, built from ``options(directory)``)
+and an autouse one that wraps every test in ``stack.clean_slate()`` (faults cleared, every lease
+released, R-POOL-9). ``stack, _clean_slate = shared_stack("errors", lambda d: {...})``.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -50,6 +56,24 @@ async def upstream_client() -> AsyncIterator[HttpClient]:
 async def fake_edge(fake_openai: FakeOpenAI) -> AsyncIterator[FakeEdge]:
     async with FakeEdge(node_payload(openai_provider(fake_openai.url, pid="p1"))) as edge:
         yield edge
+
+
+def shared_stack(name: str, options: Callable[[Path], dict[str, Any]]) -> tuple[Any, Any]:
+    """A module's shared ``stack`` fixture and the autouse fixture that cleans it per test."""
+    from tests.support.stack import Stack
+
+    @pytest.fixture(scope="module", name="stack")
+    def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+        directory = tmp_path_factory.mktemp(name)
+        with Stack(directory, **options(directory)) as running:
+            yield running
+
+    @pytest.fixture(autouse=True, name="_clean_slate")
+    def clean_slate(stack: Stack) -> Iterator[None]:
+        with stack.clean_slate():  # R-POOL-9: every test ends with no lease held
+            yield
+
+    return stack, clean_slate
 
 
 @pytest.fixture

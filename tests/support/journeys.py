@@ -15,6 +15,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.request
 from collections.abc import Callable
@@ -29,15 +30,30 @@ from tests.support.processes import EDGE_YAML, ROOT, Proc, child_env, migrated_t
 
 JOURNEYS_MD = ROOT / "docs" / "journeys.md"
 EXAMPLE_PORTS = {"edge": 7700, "admin": 7701, "openai": 8080}
-BLOCK = re.compile(r"^```sh journey=([\w-]+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+
 COMMAND_TIMEOUT_S = 120.0
 ADMIN_USER = ("--username", "admin", "--email", "admin@localhost")
 START_TIMEOUT_S = 30.0
 
 
+def doc_blocks(path: Path, tag: str, lang: str = "sh") -> dict[str, str]:
+    """Every ```` ```LANG TAG=NAME ```` block of a page, by name (docs/journeys.md uses
+    ``journey``; other pages their own tag, run by ``tests.support.doc_pages``)."""
+    block = re.compile(
+        rf"^[ \t]*```{re.escape(lang)} {re.escape(tag)}=([\w.-]+)\n(.*?)^[ \t]*```$",
+        re.MULTILINE | re.DOTALL,
+    )
+    return {name: _dedent(body) for name, body in block.findall(path.read_text())}
+
+
+def _dedent(body: str) -> str:
+    """A block indented under a list item, as the reader copies it."""
+    return textwrap.dedent(body)
+
+
 def journey_blocks(path: Path = JOURNEYS_MD) -> dict[str, str]:
     """Every ``sh journey=NAME`` block of the page, by name."""
-    return {name: body for name, body in BLOCK.findall(path.read_text())}
+    return doc_blocks(path, "journey")
 
 
 def source_checkout(target: Path) -> Path:

@@ -4,6 +4,7 @@ Node's recipient pair, envelopes issued as the Edge issues them."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from catalog.management.commands.iop_keys import write_pair
 from nodes.envelope import Binding, issue
+from tests.support.stack import Stack
+from tests.support.tls import Pki
 
 ISSUER_KEY_ID = "edge-issuer-test"
 
@@ -124,3 +127,57 @@ def managed_document(keys: ManagedKeys, keyring_file: Path) -> dict[str, Any]:
             {"id": "coder", "providers": {"glm-coding": "glm-4.6"}},
         ],
     }
+
+
+def managed_stack(
+    directory: Path,
+    pki: Pki,
+    keys: ManagedKeys,
+    *,
+    extra_providers: Sequence[dict[str, Any]] = (),
+    extra_models: Sequence[dict[str, Any]] = (),
+    **options: Any,
+) -> Stack:
+    """A managed-mode ``Stack`` (not started) over TLS: Edge https and wss with ``pki``'s
+    certificate, one Node ``keys.node_id`` with a GLM General provider ``glm-general``
+    (capacity 2) and a GLM Coding Plan one ``glm-coding`` on the fake upstream ``main``, model
+    groups ``glm`` and ``coder``, and its keyring ``directory/keyring.json`` made with
+    ``iop_keyring init`` (key id ``k1``). ``extra_providers`` / ``extra_models`` join them;
+    ``options`` go to ``Stack`` (``upstreams``, ``log_level``...)."""
+    tls = {"cert_file": str(pki.edge.cert), "key_file": str(pki.edge.key)}
+    keyring = directory / "keyring.json"
+    providers = [
+        {"id": "glm-general", "profile": "glm", "base_url": "{up:main}/v1", "capacity": 2},
+        {"id": "glm-coding", "profile": "glm_coding", "base_url": "{up:main}/v1"},
+        *extra_providers,
+    ]
+    node = keys.node_id
+    stack = Stack(
+        directory / "stack",
+        edge={"tls": tls},
+        openai={"tls": tls, "principal_tokens": []},
+        credential_plane={
+            "enabled": True,
+            "issuer": {"key_id": ISSUER_KEY_ID, "private_key_file": str(keys.issuer_key)},
+            "keyring_file": str(keyring),
+        },
+        nodes=[
+            {
+                "id": node,
+                "providers": providers,
+                "config": {
+                    "tls": {"ca_file": str(pki.ca_file)},
+                    "credential_plane": keys.node_plane(),
+                },
+                "recipient": {"key_id": f"{node}-recipient", "public_key_file": str(keys.node_pub)},
+            }
+        ],
+        models=[
+            {"id": "glm", "providers": {"glm-general": "glm-4.6"}},
+            {"id": "coder", "providers": {"glm-coding": "glm-4.6"}},
+            *extra_models,
+        ],
+        **options,
+    )
+    stack.manage("iop_keyring", "init", str(keyring), "--key-id", "k1")
+    return stack

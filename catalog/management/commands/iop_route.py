@@ -1,4 +1,5 @@
-"""`manage.py iop_route create ROUTE --model GROUP --slot PROVIDER_OR_PROFILE=SLOT ...`."""
+"""`manage.py iop_route create ROUTE --model GROUP --slot PROVIDER_OR_PROFILE=SLOT ...`,
+`iop_route rotate ROUTE`, `list`, `delete`."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from catalog.models import Route
-from catalog.slots import CredentialError, create_route, parse_bindings
+from catalog.slots import CredentialError, create_route, parse_bindings, rotate_route_key
 
 
 class Command(BaseCommand):
     help = (
         "Managed routes (R-MGD-3): `create` prints the route key once (only its sha256 is "
-        "stored); `list` shows routes and their slots; `delete` removes one."
+        "stored); `rotate` gives a route a new key (the old one stops working); `list` shows "
+        "routes and their slots; `delete` removes one."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -31,6 +33,9 @@ class Command(BaseCommand):
         )
         create.add_argument("--principal-ref", default="", help="Metering label (default: id).")
         create.add_argument("--json", action="store_true", help='Print {"route", "key"}.')
+        rotate = sub.add_parser("rotate", help="Mint a new key for a route; print it once.")
+        rotate.add_argument("route")
+        rotate.add_argument("--json", action="store_true", help='Print {"route", "key"}.')
         sub.add_parser("list", help="Routes, groups, slots and revisions.")
         delete = sub.add_parser("delete", help="Delete a route (its key stops working).")
         delete.add_argument("route")
@@ -49,12 +54,15 @@ class Command(BaseCommand):
             self.stdout.write(f"route {options['route']} deleted")
             return
         try:
-            key = create_route(
-                options["route"],
-                options["model"],
-                parse_bindings(options["slot"]),
-                principal_ref=options["principal_ref"],
-            )
+            if action == "rotate":
+                key = rotate_route_key(options["route"])
+            else:
+                key = create_route(
+                    options["route"],
+                    options["model"],
+                    parse_bindings(options["slot"]),
+                    principal_ref=options["principal_ref"],
+                )
         except CredentialError as exc:
             raise CommandError(str(exc)) from None
         if options["json"]:

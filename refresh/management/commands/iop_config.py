@@ -1,4 +1,8 @@
-"""`manage.py iop_config validate|import|export`: config files <-> the catalog tables."""
+"""`manage.py iop_config validate|import|export`: config files <-> the catalog tables.
+
+It lives in ``refresh`` because ``export --revision`` reads revisions: ``catalog`` never imports
+``refresh`` (docs/architecture.md, "Packages and allowed imports").
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from catalog.config import ConfigError, load_snapshot, parse_text
 from catalog.documents import catalog_is_empty, catalog_to_document, document_to_catalog
 from catalog.forms import issue_lines
 from catalog.models import ModelGroup, Node, Provider
+from refresh.models import ConfigRevision
 
 
 class Command(BaseCommand):
@@ -89,8 +94,6 @@ class Command(BaseCommand):
 
 def revision_document(which: str) -> dict[str, Any]:
     """The document of the active revision, of its parent (``previous``), or of an id."""
-    from refresh.models import ConfigRevision
-
     active = ConfigRevision.objects.filter(is_active=True).first()
     if which in ("active", "previous"):
         if active is None:
