@@ -4,22 +4,14 @@ docs/metering.md, "Budgets"). Two runedge processes on one PostgreSQL database."
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import Cluster, scale_out_redis_url
+from tests.support.cluster import DATABASE, Cluster, needs_postgres, scale_out_redis_url
 
-DATABASE = os.environ.get("IOP_TEST_DATABASE_URL", "")
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not DATABASE.startswith(("postgres://", "postgresql://")),
-        reason="needs PostgreSQL: set IOP_TEST_DATABASE_URL=postgresql://... (Edges share it)",
-    ),
-]
+pytestmark = [pytest.mark.slow, needs_postgres]
 TOLERANCE_S = 10.0  # the other Edge's flush interval plus this one's read interval
 USED = 11 + 7  # the fake upstream's usage per chat completion
 
