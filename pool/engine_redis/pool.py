@@ -73,7 +73,6 @@ class RedisPool:
         self.fenced = False
         self.on_fenced: Callable[[], None] | None = None  # called once when fenced
         self._redis: Redis | None = None
-        self._scripts: dict[str, Any] = {}
         self._jobs: deque[Job] = deque()
         self._kick: asyncio.Event | None = None
         self._down = False
@@ -109,9 +108,9 @@ class RedisPool:
             socket_connect_timeout=1.0,
             socket_timeout=max(1.0, self._ttl_s / 3),
         )
-        self._scripts = scripts.register(self._redis)
         self._jobs.appendleft(self._apply_job(self._policy))
         try:
+            await scripts.load(self._redis)
             out = await self._call("start", [])
         except CONNECTION_ERRORS as exc:
             await self._redis.aclose()
@@ -375,8 +374,17 @@ class RedisPool:
         return [self._prefix, self._edge, ttl, now, self.fence or "", *extra]
 
     async def _call(self, name: str, extra: list[str]) -> Any:
+        return self._answer(await self._evalsha(name, extra))
+
+    async def _evalsha(self, name: str, extra: list[str]) -> Any:
+        """One script, one round trip (plain EVALSHA); loaded again on NOSCRIPT."""
         assert self._redis is not None
-        return self._answer(await self._scripts[name](args=self._args(extra)))
+        command = ("EVALSHA", scripts.SHA[name], 0, *self._args(extra))
+        try:
+            return await self._redis.execute_command(*command)
+        except redis_errors.NoScriptError:
+            await scripts.load(self._redis)
+            return await self._redis.execute_command(*command)
 
     async def _send(self, jobs: list[Job]) -> list[Any]:
         """Run ``jobs``' scripts in order in one round trip; a script's error is its answer.
@@ -385,19 +393,29 @@ class RedisPool:
         assert self._redis is not None
         calls = wire.fold(jobs)
         if len(calls) == 1:
-            script, args = calls[0][0], calls[0][1]
             try:
-                raws = [await self._scripts[script](args=self._args(args))]
+                raws = [await self._evalsha(calls[0][0], calls[0][1])]
             except redis_errors.ResponseError as exc:
                 raws = [exc]
         elif not calls:
             return []
         else:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for script, args, _ in calls:
-                    await self._scripts[script](args=self._args(args), client=pipe)
-                raws = list(await pipe.execute(raise_on_error=False))
+            raws = await self._pipeline(calls)
+            missing = [i for i, r in enumerate(raws) if isinstance(r, redis_errors.NoScriptError)]
+            if missing:  # refused whole, so nothing of them ran: sent again, in order
+                await scripts.load(self._redis)
+                again = await self._pipeline([calls[i] for i in missing])
+                for i, raw in zip(missing, again, strict=True):
+                    raws[i] = raw
         return wire.unfold(calls, raws, len(jobs))
+
+    async def _pipeline(self, calls: list[wire.Call]) -> list[Any]:
+        """Plain EVALSHA per call in one pipeline (no SCRIPT EXISTS round trip first)."""
+        assert self._redis is not None
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for script, args, _ in calls:
+                pipe.execute_command("EVALSHA", scripts.SHA[script], 0, *self._args(args))
+            return list(await pipe.execute(raise_on_error=False))
 
     def _answer(self, raw: Any) -> Any:
         """Handle one script's result: epoch, health log lines, waiter fates; its own part."""
