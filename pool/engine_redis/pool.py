@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
 
 from pool.engine.errors import PoolBackendUnavailable
 from pool.engine.model import Lease, PoolPolicy, PoolSnapshot
@@ -73,6 +74,9 @@ class RedisPool:
         self.fenced = False
         self.on_fenced: Callable[[], None] | None = None  # called once when fenced
         self._redis: Redis | None = None
+        self._link_client: Redis | None = None
+        self._link: AbstractConnection | None = None  # the writer's connection (``_evalsha``)
+        self._io_timeout_s = max(1.0, lease_ttl_s / 3)  # one Redis round trip at most
         self._jobs: deque[Job] = deque()
         self._kick: asyncio.Event | None = None
         self._down = False
@@ -106,19 +110,24 @@ class RedisPool:
             self._url,
             decode_responses=True,
             socket_connect_timeout=1.0,
-            socket_timeout=max(1.0, self._ttl_s / 3),
+            socket_timeout=self._io_timeout_s,
+        )
+        # The writer's own connection: no per-read timer, each round trip is bounded whole.
+        self._link_client = Redis.from_url(
+            self._url, decode_responses=True, socket_connect_timeout=1.0
         )
         self._jobs.appendleft(self._apply_job(self._policy))
         try:
             await scripts.load(self._redis)
+            self._link = await self._link_client.connection_pool.get_connection()
             out = await self._call("start", [])
         except CONNECTION_ERRORS as exc:
-            await self._redis.aclose()
+            await self._disconnect()
             raise PoolBackendUnavailable(
                 f"the shared pool's Redis does not answer ({type(exc).__name__})"
             ) from None
         if out[0] == "taken":
-            await self._redis.aclose()
+            await self._disconnect()
             raise EdgeIdInUse(f"another live Edge already uses the Edge id {self._edge!r}")
         self.fence = str(out[1])
         await background.start_tasks(self)
@@ -139,8 +148,14 @@ class RedisPool:
             except STOP_ERRORS:
                 log.warning("stopping with pool updates not sent; their leases expire by TTL")
         await background.stop_tasks(self)
-        await self._redis.aclose()
-        self._redis = None
+        await self._disconnect()
+
+    async def _disconnect(self) -> None:
+        if self._redis is not None:
+            await self._redis.aclose()
+        if self._link_client is not None:
+            await self._link_client.aclose()
+        self._redis, self._link_client, self._link = None, None, None
 
     async def flush(self) -> None:
         """Return once every call made so far reached Redis and its answer was handled."""
@@ -374,48 +389,47 @@ class RedisPool:
         return [self._prefix, self._edge, ttl, now, self.fence or "", *extra]
 
     async def _call(self, name: str, extra: list[str]) -> Any:
-        return self._answer(await self._evalsha(name, extra))
-
-    async def _evalsha(self, name: str, extra: list[str]) -> Any:
-        """One script, one round trip (plain EVALSHA); loaded again on NOSCRIPT."""
-        assert self._redis is not None
-        command = ("EVALSHA", scripts.SHA[name], 0, *self._args(extra))
-        try:
-            return await self._redis.execute_command(*command)
-        except redis_errors.NoScriptError:
-            await scripts.load(self._redis)
-            return await self._redis.execute_command(*command)
+        assert self._link is not None
+        return self._answer((await self._send([Job(name, extra)]))[0])
 
     async def _send(self, jobs: list[Job]) -> list[Any]:
         """Run ``jobs``' scripts in order in one round trip; a script's error is its answer.
         A lease's ``succeeded`` directly followed by its release is one call (``release``
-        with ``+``): the same effects in the same order, one script less per request."""
-        assert self._redis is not None
+        with ``+``): the same effects in the same order, one script less per request.
+        Scripts Redis forgot (NOSCRIPT: refused whole, nothing of them ran) are loaded and
+        those calls sent again, in order."""
         calls = wire.fold(jobs)
-        if len(calls) == 1:
-            try:
-                raws = [await self._evalsha(calls[0][0], calls[0][1])]
-            except redis_errors.ResponseError as exc:
-                raws = [exc]
-        elif not calls:
+        if not calls:
             return []
-        else:
-            raws = await self._pipeline(calls)
-            missing = [i for i, r in enumerate(raws) if isinstance(r, redis_errors.NoScriptError)]
-            if missing:  # refused whole, so nothing of them ran: sent again, in order
-                await scripts.load(self._redis)
-                again = await self._pipeline([calls[i] for i in missing])
-                for i, raw in zip(missing, again, strict=True):
-                    raws[i] = raw
+        raws = await self._evalsha(calls)
+        missing = [i for i, r in enumerate(raws) if isinstance(r, redis_errors.NoScriptError)]
+        if missing:
+            assert self._redis is not None
+            await scripts.load(self._redis)
+            again = await self._evalsha([calls[i] for i in missing])
+            for i, raw in zip(missing, again, strict=True):
+                raws[i] = raw
         return wire.unfold(calls, raws, len(jobs))
 
-    async def _pipeline(self, calls: list[wire.Call]) -> list[Any]:
-        """Plain EVALSHA per call in one pipeline (no SCRIPT EXISTS round trip first)."""
-        assert self._redis is not None
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for script, args, _ in calls:
-                pipe.execute_command("EVALSHA", scripts.SHA[script], 0, *self._args(args))
-            return list(await pipe.execute(raise_on_error=False))
+    async def _evalsha(self, calls: list[wire.Call]) -> list[Any]:
+        """One plain EVALSHA per call, all written at once on the writer's own connection
+        (no SCRIPT EXISTS first, no pool checkout); the whole round trip within
+        ``io_timeout_s``. A connection error or timeout drops the connection (the next
+        round trip connects again) and is raised."""
+        assert self._link is not None
+        conn = self._link
+        commands = [
+            ["EVALSHA", scripts.SHA[name], "0", *self._args(args)] for name, args, _ in calls
+        ]
+        async with asyncio.timeout(self._io_timeout_s):
+            await conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+            raws: list[Any] = []
+            for _ in commands:
+                try:
+                    raws.append(await conn.read_response())
+                except redis_errors.ResponseError as exc:
+                    raws.append(exc)
+        return raws
 
     def _answer(self, raw: Any) -> Any:
         """Handle one script's result: epoch, health log lines, waiter fates; its own part."""

@@ -194,9 +194,7 @@ async def crash(pool: RedisPool) -> None:
     await background.stop_ticker(pool)
     await background.stop_tasks(pool)
     pool._jobs.clear()
-    if pool._redis is not None:
-        await pool._redis.aclose()
-    pool._redis = None  # aclose() has nothing left to do
+    await pool._disconnect()  # aclose() has nothing left to do
 
 
 async def queued(pool: RedisPool, depth: int) -> None:
