@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from pool.engine_redis import RedisPool, background, wire
+from pool.engine_redis import RedisPool, background
+from pool.engine_redis.link import Command
 from tests.support.pools import prov
 from tests.support.redis_pool import edges, needs_redis, policy, queued
 
@@ -15,15 +16,17 @@ pytestmark = needs_redis
 
 
 def record(pool: RedisPool) -> list[list[str]]:
-    """The scripts of every round trip ``pool`` makes from now on, in order."""
+    """The scripts of every round trip ``pool`` makes from now on, in order (a folded
+    verdict + release is ``release+``)."""
     trips: list[list[str]] = []
-    send = pool._evalsha
+    assert pool._link is not None
+    run = pool._link.run
 
-    async def spy(calls: list[wire.Call]) -> list[Any]:
-        trips.append([f"{name}{'+' if args[:1] == ['+'] else ''}" for name, args, _ in calls])
-        return await send(calls)
+    async def spy(commands: list[Command]) -> list[Any]:
+        trips.append([name + ("+" if argv[5:6] == ["+"] else "") for name, argv in commands])
+        return await run(commands)
 
-    pool._evalsha = spy  # type: ignore[method-assign]
+    pool._link.run = spy  # type: ignore[method-assign]
     return trips
 
 

@@ -18,9 +18,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from redis import exceptions as redis_errors
 from redis.asyncio import Redis
-from redis.asyncio.connection import AbstractConnection
 
 from pool.engine.errors import PoolBackendUnavailable
 from pool.engine.model import Lease, PoolPolicy, PoolSnapshot
@@ -29,10 +27,11 @@ from pool.engine.readiness import Readiness
 if TYPE_CHECKING:
     from pool.engine.interface import PoolEngine
 
-from . import answers, background, scripts, wire
+from . import answers, background, wire
 from .answers import Waiting
 from .background import CONNECTION_ERRORS
 from .jobs import Job
+from .link import Link
 from .pool_errors import EdgeFenced, EdgeIdInUse
 
 log = logging.getLogger("iop.pool.redis")
@@ -74,9 +73,7 @@ class RedisPool:
         self.fenced = False
         self.on_fenced: Callable[[], None] | None = None  # called once when fenced
         self._redis: Redis | None = None
-        self._link_client: Redis | None = None
-        self._link: AbstractConnection | None = None  # the writer's connection (``_evalsha``)
-        self._io_timeout_s = max(1.0, lease_ttl_s / 3)  # one Redis round trip at most
+        self._link: Link | None = None  # the writer's connection
         self._jobs: deque[Job] = deque()
         self._kick: asyncio.Event | None = None
         self._down = False
@@ -106,20 +103,17 @@ class RedisPool:
         """Connect, claim this Edge's id, install the policy, start the writer and the
         listener (and the renew/sweep ticker). Raises ``EdgeIdInUse``."""
         self._kick = asyncio.Event()
+        timeout_s = max(1.0, self._ttl_s / 3)  # one Redis round trip at most
         self._redis = Redis.from_url(
             self._url,
             decode_responses=True,
             socket_connect_timeout=1.0,
-            socket_timeout=self._io_timeout_s,
+            socket_timeout=timeout_s,
         )
-        # The writer's own connection: no per-read timer, each round trip is bounded whole.
-        self._link_client = Redis.from_url(
-            self._url, decode_responses=True, socket_connect_timeout=1.0
-        )
+        self._link = Link(self._url, timeout_s)
         self._jobs.appendleft(self._apply_job(self._policy))
         try:
-            await scripts.load(self._redis)
-            self._link = await self._link_client.connection_pool.get_connection()
+            await self._link.open()
             out = await self._call("start", [])
         except CONNECTION_ERRORS as exc:
             await self._disconnect()
@@ -153,9 +147,9 @@ class RedisPool:
     async def _disconnect(self) -> None:
         if self._redis is not None:
             await self._redis.aclose()
-        if self._link_client is not None:
-            await self._link_client.aclose()
-        self._redis, self._link_client, self._link = None, None, None
+        if self._link is not None:
+            await self._link.aclose()
+        self._redis, self._link = None, None
 
     async def flush(self) -> None:
         """Return once every call made so far reached Redis and its answer was handled."""
@@ -395,41 +389,13 @@ class RedisPool:
     async def _send(self, jobs: list[Job]) -> list[Any]:
         """Run ``jobs``' scripts in order in one round trip; a script's error is its answer.
         A lease's ``succeeded`` directly followed by its release is one call (``release``
-        with ``+``): the same effects in the same order, one script less per request.
-        Scripts Redis forgot (NOSCRIPT: refused whole, nothing of them ran) are loaded and
-        those calls sent again, in order."""
+        with ``+``): the same effects in the same order, one script less per request."""
+        assert self._link is not None
         calls = wire.fold(jobs)
         if not calls:
             return []
-        raws = await self._evalsha(calls)
-        missing = [i for i, r in enumerate(raws) if isinstance(r, redis_errors.NoScriptError)]
-        if missing:
-            assert self._redis is not None
-            await scripts.load(self._redis)
-            again = await self._evalsha([calls[i] for i in missing])
-            for i, raw in zip(missing, again, strict=True):
-                raws[i] = raw
+        raws = await self._link.run([(name, self._args(args)) for name, args, _ in calls])
         return wire.unfold(calls, raws, len(jobs))
-
-    async def _evalsha(self, calls: list[wire.Call]) -> list[Any]:
-        """One plain EVALSHA per call, all written at once on the writer's own connection
-        (no SCRIPT EXISTS first, no pool checkout); the whole round trip within
-        ``io_timeout_s``. A connection error or timeout drops the connection (the next
-        round trip connects again) and is raised."""
-        assert self._link is not None
-        conn = self._link
-        commands = [
-            ["EVALSHA", scripts.SHA[name], "0", *self._args(args)] for name, args, _ in calls
-        ]
-        async with asyncio.timeout(self._io_timeout_s):
-            await conn.send_packed_command(conn.pack_commands(commands), check_health=False)
-            raws: list[Any] = []
-            for _ in commands:
-                try:
-                    raws.append(await conn.read_response())
-                except redis_errors.ResponseError as exc:
-                    raws.append(exc)
-        return raws
 
     def _answer(self, raw: Any) -> Any:
         """Handle one script's result: epoch, health log lines, waiter fates; its own part."""
