@@ -56,11 +56,7 @@ async def test_r_pool_9_a_lone_release_reaches_redis_with_no_other_call() -> Non
     """R-POOL-9, R-POOL-5: nothing follows edge-a's release: it is sent on its own (within
     ``HOLD_S``) and edge-b's waiter gets the capacity."""
     async with edges() as group:
-        pol = policy(prov("p1", cap=1))
-        a = await group.start(pol, "edge-a")
-        b = await group.start(pol, "edge-b")
-        a.node_ready("n1", 1)
-        held = await a.acquire("m")
+        a, b, held = await group.one_slot_held()
         waiting = asyncio.create_task(b.acquire("m"))
         await queued(b, 1)
         trips = record(a)
@@ -75,11 +71,7 @@ async def test_r_pool_5_a_release_is_not_held_while_someone_waits() -> None:
     """R-POOL-5: a lease's end waits for company only when nobody is known to wait: not
     while this Edge has a waiter, nor while its last view shows another Edge's waiter."""
     async with edges() as group:
-        pol = policy(prov("p1", cap=1))
-        a = await group.start(pol, "edge-a")
-        b = await group.start(pol, "edge-b")
-        a.node_ready("n1", 1)
-        held = await a.acquire("m")
+        a, b, held = await group.one_slot_held()
         own = asyncio.create_task(a.acquire("m"))
         await queued(a, 1)
         a.release(held)
