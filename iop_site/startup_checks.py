@@ -15,6 +15,7 @@ def database_refusal() -> str | None:
 
     options = connection.settings_dict.setdefault("OPTIONS", {})
     saved = dict(options)
+    opened_here = connection.connection is None  # a caller's open connection stays open
     if connection.vendor == "postgresql":
         options.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
     try:
@@ -33,7 +34,8 @@ def database_refusal() -> str | None:
             "DATABASE_URL"
         )
     finally:
-        connection.close()
+        if opened_here:
+            connection.close()
         options.clear()
         options.update(saved)  # the Edge's own connections keep the configured options
     if plan:

@@ -4,14 +4,22 @@ asks (docs/scale-out.md). No token, one word, 503 when this Edge should get no n
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from pool.engine_redis import RedisPool
 from pool.http.app import OpenAIApp
 from pool.http.metrics import PoolCollector
 from pool.policy import policy_from_snapshot
 from tests.support.inprocess import Runtime, api, chat, document
-from tests.support.ports import free_port
+from tests.support.redis_pool import OwnRedis
+
+needs_redis_server = pytest.mark.skipif(
+    shutil.which("redis-server") is None, reason="redis-server is not installed"
+)
 
 
 async def test_healthz_answers_ok_without_a_token() -> None:
@@ -35,20 +43,27 @@ async def test_healthz_refuses_other_methods() -> None:
     assert call.status == 405
 
 
-async def test_healthz_is_503_while_the_shared_pool_cannot_be_reached_r_scale_2() -> None:
-    """Nothing listens on the Redis port: the request is a 503 ``pool_unavailable`` at once,
-    the health check says so and ``iop_pool_reachable`` is 0."""
+@needs_redis_server
+async def test_healthz_is_503_while_the_shared_pool_cannot_be_reached_r_scale_2(
+    tmp_path: Path,
+) -> None:
+    """The Edge's Redis (a redis-server of the test's own) goes away after the start: the
+    request is a 503 ``pool_unavailable``, the health check says so and ``iop_pool_reachable``
+    is 0."""
     runtime: Any = Runtime(document())
+    server = OwnRedis(tmp_path)
+    server.start()
     pool = RedisPool(
         policy_from_snapshot(runtime.snapshot),
-        redis_url=f"redis://127.0.0.1:{free_port()}/0",
+        redis_url=server.url,
         prefix="iop-test-healthz",
         edge_id="edge-h",
         lease_ttl_s=1.0,
     )
     runtime.pool = pool
-    await pool.start()
     try:
+        await pool.start()
+        server.kill()
         app = OpenAIApp(runtime)
         refused = await api(app, "POST", "/v1/chat/completions", chat()).done()
         assert refused.status == 503
@@ -58,4 +73,5 @@ async def test_healthz_is_503_while_the_shared_pool_cannot_be_reached_r_scale_2(
         (gauge,) = [m for m in PoolCollector(runtime).collect() if m.name == "iop_pool_reachable"]
         assert [sample.value for sample in gauge.samples] == [0.0]
     finally:
+        server.kill()
         await pool.aclose()
