@@ -59,11 +59,7 @@ async def test_r_scale_2_two_edges_never_exceed_one_provider_capacity() -> None:
 
 async def test_r_pool_5_a_waiter_on_one_edge_is_granted_by_a_release_on_the_other() -> None:
     async with edges() as group:
-        pol = policy(prov("p1", cap=1))
-        a = await group.start(pol, "edge-a")
-        b = await group.start(pol, "edge-b")
-        a.node_ready("n1", 1)
-        held = await a.acquire("m")
+        a, b, held = await group.one_slot_held()
         waiting = asyncio.create_task(b.acquire("m"))
         await queued(a, 1)
         assert not waiting.done()

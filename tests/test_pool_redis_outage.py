@@ -9,8 +9,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+import redis
 
 from pool.engine import PoolBackendUnavailable, PoolRecovering, QueueTimeout, Unavailable
+from pool.engine_redis import scripts
 from tests.support.pools import prov
 from tests.support.redis_pool import (
     crash,
@@ -197,3 +199,37 @@ async def test_r_tls_3_a_provider_its_node_refuses_is_offline_with_the_reason() 
         with pytest.raises(Unavailable):
             await b.acquire("m")
         b.release(lease)
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs a redis-server to flush")
+async def test_r_scale_3_scripts_redis_forgot_are_loaded_again_and_each_call_runs_once(
+    tmp_path: Path,
+) -> None:
+    """R-SCALE-3: Redis forgets the scripts (SCRIPT FLUSH, as after a restart): a lone call and
+    the calls of one pipeline answer NOSCRIPT, the scripts are loaded again and each refused
+    call runs once, in order; a call never asks SCRIPT EXISTS first (docs/pool.md)."""
+    with own_redis(tmp_path) as server:  # SCRIPT FLUSH is server-wide: never the shared Redis
+        client = redis.Redis.from_url(server.url)
+        async with edges(server.url) as group:
+            pol = policy(prov("p1", cap=2))
+            a = await group.start(pol, "edge-a")
+            a.node_ready("n1", 1)
+            first = await a.acquire("m")
+            client.script_flush()
+            second = await a.acquire("m")  # one call: NOSCRIPT, loaded, sent again
+            client.script_flush()
+            a.release(first)  # the two releases are one pipeline of two calls
+            a.release(second)
+            await a.flush()
+            assert (await a.fetch_snapshot()).providers[0].in_flight == 0
+            leases = [await a.acquire("m"), await a.acquire("m")]
+            waiting = asyncio.create_task(a.acquire("m"))
+            await queued(a, 1)
+            assert (await a.fetch_snapshot()).providers[0].in_flight == 2
+            stats = client.info("commandstats")
+            assert "cmdstat_script|exists" not in stats
+            assert stats["cmdstat_script|load"]["calls"] == 3 * len(scripts.NAMES)
+            waiting.cancel()
+            for lease in leases:
+                a.release(lease)
+        client.close()

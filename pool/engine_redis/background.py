@@ -35,6 +35,7 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 )
 RETRY_S = 0.25  # how often an unreachable Redis is tried again
 BATCH = 64  # jobs sent in one pipeline: concurrent requests of one Edge share a round trip
+HOLD_S = 0.002  # a lone lease end waits at most this for the next call to ride with it
 
 
 async def start_tasks(pool: RedisPool) -> None:
@@ -130,6 +131,8 @@ async def write(pool: RedisPool) -> None:
             pool._kick.clear()
             await pool._kick.wait()
             continue
+        if _only_ends(pool):
+            await _hold(pool)
         batch = list(itertools.islice(pool._jobs, BATCH))
         sent = [j for j in batch if j.script and not (j.acquire and j.acquire.done())]
         try:
@@ -160,6 +163,29 @@ async def write(pool: RedisPool) -> None:
                     job.done(out)
                 except Exception:
                     log.exception("handling the answer of pool script %s failed", job.script)
+
+
+def _only_ends(pool: RedisPool) -> bool:
+    """Only lease ends are queued (verdicts and releases: nobody awaits them), this Edge has
+    no waiter and the last view an empty queue: nobody is known to wait for that capacity."""
+    return (
+        not pool._waiters
+        and pool._view.queue_depth == 0
+        and all(j.script == "release" or (j.script == "health" and j.args[0] in ("ok", "fail"))
+                for j in pool._jobs)
+    )  # fmt: skip
+
+
+async def _hold(pool: RedisPool) -> None:
+    """Wait up to ``HOLD_S`` for another call: at c=1 the next request's admission comes
+    within it, and the previous request's end rides in its round trip, ahead of it."""
+    assert pool._kick is not None
+    pool._kick.clear()
+    timer = asyncio.get_running_loop().call_later(HOLD_S, pool._kick.set)
+    try:
+        await pool._kick.wait()
+    finally:
+        timer.cancel()
 
 
 def fenced(pool: RedisPool) -> None:

@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
 from pool.engine.errors import PoolBackendUnavailable
@@ -28,10 +27,11 @@ from pool.engine.readiness import Readiness
 if TYPE_CHECKING:
     from pool.engine.interface import PoolEngine
 
-from . import answers, background, scripts, wire
+from . import answers, background, wire
 from .answers import Waiting
 from .background import CONNECTION_ERRORS
 from .jobs import Job
+from .link import Link
 from .pool_errors import EdgeFenced, EdgeIdInUse
 
 log = logging.getLogger("iop.pool.redis")
@@ -73,7 +73,7 @@ class RedisPool:
         self.fenced = False
         self.on_fenced: Callable[[], None] | None = None  # called once when fenced
         self._redis: Redis | None = None
-        self._scripts: dict[str, Any] = {}
+        self._link: Link | None = None  # the writer's connection
         self._jobs: deque[Job] = deque()
         self._kick: asyncio.Event | None = None
         self._down = False
@@ -103,23 +103,25 @@ class RedisPool:
         """Connect, claim this Edge's id, install the policy, start the writer and the
         listener (and the renew/sweep ticker). Raises ``EdgeIdInUse``."""
         self._kick = asyncio.Event()
+        timeout_s = max(1.0, self._ttl_s / 3)  # one Redis round trip at most
         self._redis = Redis.from_url(
             self._url,
             decode_responses=True,
             socket_connect_timeout=1.0,
-            socket_timeout=max(1.0, self._ttl_s / 3),
+            socket_timeout=timeout_s,
         )
-        self._scripts = scripts.register(self._redis)
+        self._link = Link(self._url, timeout_s)
         self._jobs.appendleft(self._apply_job(self._policy))
         try:
+            await self._link.open()
             out = await self._call("start", [])
         except CONNECTION_ERRORS as exc:
-            await self._redis.aclose()
+            await self._disconnect()
             raise PoolBackendUnavailable(
                 f"the shared pool's Redis does not answer ({type(exc).__name__})"
             ) from None
         if out[0] == "taken":
-            await self._redis.aclose()
+            await self._disconnect()
             raise EdgeIdInUse(f"another live Edge already uses the Edge id {self._edge!r}")
         self.fence = str(out[1])
         await background.start_tasks(self)
@@ -140,8 +142,14 @@ class RedisPool:
             except STOP_ERRORS:
                 log.warning("stopping with pool updates not sent; their leases expire by TTL")
         await background.stop_tasks(self)
-        await self._redis.aclose()
-        self._redis = None
+        await self._disconnect()
+
+    async def _disconnect(self) -> None:
+        if self._redis is not None:
+            await self._redis.aclose()
+        if self._link is not None:
+            await self._link.aclose()
+        self._redis, self._link = None, None
 
     async def flush(self) -> None:
         """Return once every call made so far reached Redis and its answer was handled."""
@@ -375,28 +383,18 @@ class RedisPool:
         return [self._prefix, self._edge, ttl, now, self.fence or "", *extra]
 
     async def _call(self, name: str, extra: list[str]) -> Any:
-        assert self._redis is not None
-        return self._answer(await self._scripts[name](args=self._args(extra)))
+        assert self._link is not None
+        return self._answer((await self._send([Job(name, extra)]))[0])
 
     async def _send(self, jobs: list[Job]) -> list[Any]:
         """Run ``jobs``' scripts in order in one round trip; a script's error is its answer.
         A lease's ``succeeded`` directly followed by its release is one call (``release``
         with ``+``): the same effects in the same order, one script less per request."""
-        assert self._redis is not None
+        assert self._link is not None
         calls = wire.fold(jobs)
-        if len(calls) == 1:
-            script, args = calls[0][0], calls[0][1]
-            try:
-                raws = [await self._scripts[script](args=self._args(args))]
-            except redis_errors.ResponseError as exc:
-                raws = [exc]
-        elif not calls:
+        if not calls:
             return []
-        else:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for script, args, _ in calls:
-                    await self._scripts[script](args=self._args(args), client=pipe)
-                raws = list(await pipe.execute(raise_on_error=False))
+        raws = await self._link.run([(name, self._args(args)) for name, args, _ in calls])
         return wire.unfold(calls, raws, len(jobs))
 
     def _answer(self, raw: Any) -> Any:

@@ -1,13 +1,14 @@
 """The pool's Lua scripts: the shared prelude (``lua/lib*.lua``) + one body per operation,
-loaded once per client with ``register_script`` (EVALSHA, reloaded by redis-py after a
-restart)."""
+called by SHA1 with plain EVALSHA. ``load`` sends them once at start (SCRIPT LOAD), and
+again when Redis answers NOSCRIPT (it restarted empty or its script cache was flushed);
+see docs/pool.md, "Redis engine"."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from redis.asyncio import Redis
-from redis.commands.core import AsyncScript
 
 NAMES = (
     "admit",
@@ -32,5 +33,14 @@ def source(name: str) -> str:
     return "\n".join((_DIR / part).read_text() for part in parts)
 
 
-def register(client: Redis) -> dict[str, AsyncScript]:
-    return {name: client.register_script(source(name)) for name in NAMES}
+SOURCES = {name: source(name) for name in NAMES}
+SHA = {name: hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
+       for name, text in SOURCES.items()}  # fmt: skip
+
+
+async def load(client: Redis) -> None:
+    """Put every script in Redis's script cache (one round trip)."""
+    async with client.pipeline(transaction=False) as pipe:
+        for text in SOURCES.values():
+            pipe.script_load(text)
+        await pipe.execute()

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from pool.engine import PoolPolicy, PoolProvider
+from pool.engine import Lease, PoolPolicy, PoolProvider
 from pool.engine_redis import RedisPool
+from tests.support.pools import prov
 from tests.support.processes import free_port
 
 REDIS_URL = os.environ.get("IOP_TEST_REDIS_URL", "")
@@ -96,6 +97,15 @@ class Edges:
         for pool in self.pools:
             with contextlib.suppress(Exception):
                 await pool.aclose()
+
+    async def one_slot_held(self) -> tuple[RedisPool, RedisPool, Lease]:
+        """edge-a and edge-b on one provider of capacity 1 (Node n1 ready on edge-a),
+        edge-a holding its slot."""
+        pol = policy(prov("p1", cap=1))
+        a = await self.start(pol, "edge-a")
+        b = await self.start(pol, "edge-b")
+        a.node_ready("n1", 1)
+        return a, b, await a.acquire("m")
 
 
 @contextlib.asynccontextmanager
@@ -194,9 +204,7 @@ async def crash(pool: RedisPool) -> None:
     await background.stop_ticker(pool)
     await background.stop_tasks(pool)
     pool._jobs.clear()
-    if pool._redis is not None:
-        await pool._redis.aclose()
-    pool._redis = None  # aclose() has nothing left to do
+    await pool._disconnect()  # aclose() has nothing left to do
 
 
 async def queued(pool: RedisPool, depth: int) -> None:
