@@ -16,7 +16,6 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
-from django.core.exceptions import ImproperlyConfigured
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from pool.metering.budget_view import BudgetView, Reader, read_in_worker
@@ -30,7 +29,12 @@ from pool.metering.labels import (
 )
 from pool.metering.latency import LatencyMetrics
 from pool.metering.pending import Counts, PendingUsage, UsageKey, hour_bucket
-from pool.metering.request_log import PendingRequests, request_log_retention_days, write_rows
+from pool.metering.request_log import (
+    PendingRequests,
+    request_log_retention_days,
+    retention_days,
+    write_rows,
+)
 
 if TYPE_CHECKING:
     from catalog.config import EdgeSnapshot
@@ -51,12 +55,7 @@ RowsWriter = Callable[[list[tuple[object, ...]], datetime | None], int]
 
 def usage_retention_days() -> int:
     """Days of usage rows to keep (the ``IOP_USAGE_RETENTION_DAYS`` setting); 0 keeps all."""
-    from django.conf import settings
-
-    days = getattr(settings, RETENTION_SETTING, DEFAULT_RETENTION_DAYS)
-    if not isinstance(days, int) or isinstance(days, bool) or days < 0:
-        raise ImproperlyConfigured(f"{RETENTION_SETTING}: must be 0 (keep all) or more days")
-    return days
+    return retention_days(RETENTION_SETTING, DEFAULT_RETENTION_DAYS)
 
 
 def write_rows_in_worker(rows: list[tuple[object, ...]], prune_before: datetime | None) -> int:

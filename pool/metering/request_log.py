@@ -21,11 +21,16 @@ MAX_PENDING_ROWS = 20_000  # about four seconds of a busy Edge between flushes, 
 _BATCH_SIZE = 1000
 
 
-def request_log_retention_days() -> int:
-    days = getattr(settings, RETENTION_SETTING, DEFAULT_RETENTION_DAYS)
+def retention_days(setting: str, default: int) -> int:
+    """Days of rows to keep, from the Django setting ``setting``; 0 keeps all."""
+    days = getattr(settings, setting, default)
     if not isinstance(days, int) or isinstance(days, bool) or days < 0:
-        raise ImproperlyConfigured(f"{RETENTION_SETTING}: must be 0 (keep all) or more days")
+        raise ImproperlyConfigured(f"{setting}: must be 0 (keep all) or more days")
     return days
+
+
+def request_log_retention_days() -> int:
+    return retention_days(RETENTION_SETTING, DEFAULT_RETENTION_DAYS)
 
 
 def _ms(seconds: float | None) -> float | None:
