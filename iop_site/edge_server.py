@@ -1,4 +1,4 @@
-"""daphne's ``Server`` with a drain on SIGTERM/SIGINT.
+"""daphne's ``Server`` with the public listener beside it and a drain on SIGTERM/SIGINT.
 
 Imported only from ``iop_site.server.serve``, after ``daphne.server`` has installed the
 asyncio reactor.
@@ -15,6 +15,7 @@ from typing import Any
 from daphne.server import Server
 from twisted.internet import defer
 
+from iop_site.public_http import PublicServer
 from iop_site.runtime import EdgeRuntime
 from iop_site.twisted_guards import attach_flow
 
@@ -33,17 +34,18 @@ def route_twisted_log() -> Any:
 
 
 class EdgeServer(Server):  # type: ignore[misc]
-    """Stops taking requests on the public listener, lets the running and queued ones
-    finish (bounded by ``grace_s``), closes the runtime (Node sessions, last usage rows),
-    and only then lets daphne cancel what is left."""
+    """daphne's listeners (Nodes, control) and the public one (``public``, served on the same
+    loop once it runs). On a stop: no new public connection, the running and queued requests
+    finish (bounded by ``grace_s``), the runtime closes (Node sessions, last usage rows), the
+    public connections end, and only then daphne cancels what is left."""
 
     def __init__(
-        self, application: Any, *, runtime: EdgeRuntime, public_port: int, grace_s: float,
-        on_ready: Callable[[], None] | None = None, **kwargs: Any,
+        self, application: Any, *, runtime: EdgeRuntime, public: PublicServer | None,
+        grace_s: float, on_ready: Callable[[], None] | None = None, **kwargs: Any,
     ) -> None:  # fmt: skip
         super().__init__(application, **kwargs)
         self.runtime = runtime
-        self.public_port = public_port
+        self.public = public
         self.grace_s = grace_s
         self.on_ready = on_ready
         self.ports: list[Any] = []
@@ -65,8 +67,13 @@ class EdgeServer(Server):  # type: ignore[misc]
     def _start_runtime(self) -> None:
         route_twisted_log()
         self.runtime.start()
-        self._starting = asyncio.ensure_future(self.runtime.start_companions())
+        self._starting = asyncio.ensure_future(self._start_serving())
         self._starting.add_done_callback(self._started)
+
+    async def _start_serving(self) -> None:
+        await self.runtime.start_companions()
+        if self.public is not None:
+            await self.public.start(self.application)
 
     def _started(self, done: asyncio.Future[None]) -> None:
         """Ready once the runtime's companions run (scale-out: the pool engine, the run
@@ -96,9 +103,8 @@ class EdgeServer(Server):  # type: ignore[misc]
 
     async def drain(self) -> None:
         self.runtime.draining = True
-        for port in self.ports:  # Nodes and the control listener stay: runs must still end
-            if port.getHost().port == self.public_port:
-                port.stopListening()
+        if self.public is not None:  # Nodes and the control listener stay: runs must end
+            self.public.stop_accepting()
         deadline = time.monotonic() + self.grace_s
         pool = self.runtime.pool
         if not pool.idle():
@@ -108,3 +114,5 @@ class EdgeServer(Server):  # type: ignore[misc]
         if not pool.idle():
             log.warning("stopping with requests still running after %.0f s", self.grace_s)
         await self.runtime.aclose()
+        if self.public is not None:
+            await self.public.aclose(grace_s=1.0)

@@ -109,6 +109,7 @@ def serve(
     from iop_site import scale
     from iop_site.asgi import build_application
     from iop_site.edge_server import EdgeServer
+    from iop_site.public_http import Guard, PublicServer
     from iop_site.runtime import EdgeRuntime
     from nodes.heap import settle_heap
     from pool.policy import policy_from_snapshot
@@ -140,10 +141,15 @@ def serve(
     except TracingConfigError as exc:
         raise StartError([str(exc)]) from None
     attach_runtime(runtime)
+    public = None
+    if endpoints.public is not None:  # iop_site/public_http.py: not daphne's
+        guard = Guard(snapshot.max_request_bytes, snapshot.header_timeout_s)
+        listen = endpoints.public.listen
+        public = PublicServer(listen.host, listen.port, guard, endpoints.public_ssl)
     server = EdgeServer(
         build_application(runtime),
         runtime=runtime,
-        public_port=snapshot.openai_listen.port,
+        public=public,
         grace_s=settings.IOP_SHUTDOWN_GRACE_S,
         on_ready=on_ready,
         endpoints=endpoints.descriptions,
@@ -156,6 +162,12 @@ def serve(
         verbosity=0,
     )
     settle_heap()  # the collector's pauses were the long tail (docs/performance-history.md)
+    if public is not None:
+        try:
+            public.bind()
+        except OSError as exc:
+            where = f"openai.listen {public.host}:{public.port}"
+            raise ListenError([f"{where}: {exc.strerror}"]) from None
     try:
         server.run()
     finally:

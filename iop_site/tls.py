@@ -9,6 +9,7 @@ naming the config path and the file (docs/configuration.md).
 from __future__ import annotations
 
 import itertools
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -110,13 +111,36 @@ def certificate_options(tls: TLSFiles, where: str) -> Any:
         ) from None
 
 
+def server_context(tls: TLSFiles, where: str) -> ssl.SSLContext:
+    """The standard library's context for the public listener (iop_site/public_http.py), with
+    the same files, checks, versions and ciphers as ``certificate_options``."""
+    certificate_options(tls, where)  # every refusal, worded as for the other listeners
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_ciphers(MODERN_CIPHERS)
+    context.set_alpn_protocols(["http/1.1"])
+    try:
+        context.load_cert_chain(tls.cert_file, tls.key_file)
+        if tls.client_ca_file is not None:
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(cafile=tls.client_ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise TLSFileError(
+            f"{where}: {tls.cert_file} and {tls.key_file} cannot be used together "
+            f"({type(exc).__name__})"
+        ) from None
+    return context
+
+
 def _plain(listen: HostPort) -> str:
     host = listen.host.strip("[]").replace(":", r"\:")
     return f"tcp:port={listen.port}:interface={host}:backlog={_BACKLOG}"
 
 
 class Endpoints:
-    """The endpoint descriptions daphne is given, and the TLS endpoints they stand for.
+    """The endpoint descriptions daphne is given, and the TLS endpoints they stand for; the
+    public listener (role ``openai``) is not daphne's: ``public`` and ``public_ssl`` are what
+    ``iop_site.public_http`` serves.
 
     daphne turns each description into an endpoint with ``serverFromString``, which has no
     syntax for a client CA. TLS listeners get a private description that ``resolve`` maps to
@@ -129,7 +153,14 @@ class Endpoints:
         self.listeners = listeners
         self.descriptions: list[str] = []
         self._tls: dict[str, tuple[Listener, Any]] = {}
+        self.public: Listener | None = None
+        self.public_ssl: ssl.SSLContext | None = None
         for listener in listeners:
+            if listener.role == "openai":
+                self.public = listener
+                if listener.tls is not None:
+                    self.public_ssl = server_context(listener.tls, "openai.tls")
+                continue
             if listener.tls is None:
                 self.descriptions.append(_plain(listener.listen))
                 continue

@@ -64,6 +64,12 @@ ERRORS: dict[str, Row] = {
     "request_too_large": Row(
         413, "invalid_request_error", "request_too_large", "the request body is too large"
     ),
+    "request_headers_too_large": Row(
+        431,
+        "invalid_request_error",
+        "invalid_request_error",
+        "the request line and headers are too large",
+    ),
     "queue_full": Row(429, "rate_limit_error", "rate_limit_error", "the provider queue is full"),
     "rate_limited": Row(
         429, "rate_limit_error", "rate_limit_error", "rate limit reached for this token"

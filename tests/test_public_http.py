@@ -1,0 +1,219 @@
+"""The public listener's guards on uvicorn's protocol (iop_site/public_http.py), driven in
+memory on a real loop with a recording transport: R-IN-1 (declared and chunked bodies over the
+limit), R-IN-5 (the header deadline, the write flow), the header bound, and R-OBS-1 on a
+refusal. Each test fails if uvicorn moves the parser callback its guard hooks. The same guards
+through a real Edge: tests/test_hostile_clients_e2e.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from uvicorn.config import Config
+from uvicorn.server import ServerState
+
+from iop_site.public_http import MAX_HEADERS, FlowWatch, Guard, GuardedProtocol
+from pool.http.relay import WRITE_FLOW
+
+LIMIT = 1024
+
+
+class Transport(asyncio.Transport):
+    """What the protocol writes, whether it half-closed, closed or aborted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.data = b""
+        self.eof = self.closed = self.aborted = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.data += bytes(data)
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.eof = True
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def is_closing(self) -> bool:
+        return self.closed or self.aborted
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8080), "peername": ("127.0.0.1", 50000)}.get(
+            name, default
+        )
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+class App:
+    """Records every scope it is called with and reads the whole body."""
+
+    def __init__(self) -> None:
+        self.scopes: list[dict[str, Any]] = []
+        self.messages: list[dict[str, Any]] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        self.scopes.append(scope)
+        while True:
+            message = await receive()
+            self.messages.append(message)
+            if message["type"] == "http.disconnect" or not message.get("more_body"):
+                break
+        if self.messages[-1]["type"] == "http.disconnect":
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+
+def _protocol(app: App, header_timeout_s: float = 5.0) -> tuple[GuardedProtocol, Transport]:
+    config = Config(
+        app, lifespan="off", ws="none", proxy_headers=False, log_config=None, access_log=False
+    )
+    config.load()
+    protocol = GuardedProtocol(Guard(LIMIT, header_timeout_s), config, ServerState())
+    transport = Transport()
+    protocol.connection_made(transport)
+    return protocol, transport
+
+
+def _head(transport: Transport) -> tuple[int, dict[bytes, bytes], bytes]:
+    head, _, body = transport.data.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    fields = dict(line.lower().split(b": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), fields, body
+
+
+async def test_r_in_1_a_declared_length_over_the_limit_is_answered_before_the_app_runs() -> None:
+    app = App()
+    protocol, transport = _protocol(app)
+    protocol.data_received(
+        b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n"
+    )
+    status, fields, body = _head(transport)
+    assert status == 413 and fields[b"connection"] == b"close"
+    assert json.loads(body)["error"]["type"] == "request_too_large"  # the Anthropic shape
+    assert transport.eof and not transport.aborted  # half-closed: the answer goes out
+    written = transport.data
+    protocol.data_received(b"x" * 4096)  # discarded
+    await asyncio.sleep(0)
+    assert app.scopes == [] and transport.data == written
+
+
+async def test_a_refusal_carries_the_callers_request_id_or_a_new_one_r_obs_1() -> None:
+    for given, expected in ((b"caller-413", b"caller-413"), (b"bad id", None)):
+        protocol, transport = _protocol(App())
+        protocol.data_received(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: " + given
+            + b"\r\nContent-Length: 99999999\r\n\r\n"
+        )  # fmt: skip
+        status, fields, body = _head(transport)
+        assert status == 413 and json.loads(body)["error"]["code"] == "request_too_large"
+        if expected is None:
+            assert fields[b"x-request-id"] not in (b"", given)
+        else:
+            assert fields[b"x-request-id"] == expected
+
+
+async def test_r_in_1_chunked_bytes_are_counted_as_they_come_and_the_app_sees_the_client_gone(
+) -> None:  # fmt: skip
+    app = App()
+    protocol, transport = _protocol(app)
+    protocol.data_received(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    chunk = b"200\r\n" + b"x" * 0x200 + b"\r\n"
+    protocol.data_received(chunk)
+    await asyncio.sleep(0)
+    assert len(app.scopes) == 1 and transport.data == b""  # under the limit: the app reads
+    protocol.data_received(chunk + chunk)  # now past it
+    status, _, _ = _head(transport)
+    assert status == 413
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert app.messages[-1]["type"] == "http.disconnect"  # the app stops reading
+
+
+async def test_request_line_and_headers_are_bounded_in_bytes_and_fields() -> None:
+    too_long = b"GET /v1/models?" + b"q" * 17000 + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    many = b"GET /v1/models HTTP/1.1\r\n" + b"".join(
+        b"X-F%d: 1\r\n" % i for i in range(MAX_HEADERS + 1)
+    ) + b"\r\n"  # fmt: skip
+    for request in (too_long, many):
+        app = App()
+        protocol, transport = _protocol(app)
+        protocol.data_received(request)
+        status, fields, body = _head(transport)
+        assert status == 431 and fields[b"connection"] == b"close"
+        assert json.loads(body)["error"]["code"] == "request_headers_too_large"
+        await asyncio.sleep(0)
+        assert app.scopes == []
+
+
+async def test_r_in_5_the_header_deadline_is_armed_on_connection_and_aborts_it() -> None:
+    protocol, transport = _protocol(App(), header_timeout_s=0.01)
+    protocol.data_received(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")  # half
+    await asyncio.wait_for(_until(lambda: transport.aborted), 5)
+    assert transport.data == b""
+
+
+async def test_r_in_5_complete_headers_end_the_deadline_and_a_next_request_arms_it_again(
+) -> None:  # fmt: skip
+    app = App()
+    protocol, _ = _protocol(app, header_timeout_s=30)
+    assert protocol._deadline is not None  # armed when the connection opened
+    protocol.data_received(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert protocol._deadline is None
+    await _until(lambda: protocol.cycle.response_complete)
+    assert protocol._deadline is None  # idle between requests: the keep-alive bound applies
+    protocol.data_received(b"G")  # the first byte of the next request
+    assert protocol._deadline is not None
+    protocol.connection_lost(None)
+    assert protocol._deadline is None
+
+
+async def test_r_in_5_the_socket_pausing_pauses_the_apps_write_flow() -> None:
+    app = App()
+    protocol, _ = _protocol(app)
+    protocol.data_received(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+    await _until(lambda: app.scopes)
+    flow = app.scopes[0]["extensions"][WRITE_FLOW]
+    assert isinstance(flow, FlowWatch) and not flow.paused
+    protocol.pause_writing()
+    assert flow.paused
+    assert await flow.writable(0.01) is False  # a client that reads nothing
+    waiting = asyncio.ensure_future(flow.writable(5))
+    await asyncio.sleep(0)
+    protocol.resume_writing()
+    assert await waiting is True and not flow.paused
+
+
+async def _until(predicate: Any) -> None:
+    for _ in range(2000):
+        if predicate():
+            return
+        await asyncio.sleep(0.005)
+    pytest.fail("condition not reached")
+
+
+async def test_what_the_parser_refuses_is_a_400_in_the_apis_shape_not_uvicorns_text() -> None:
+    app = App()
+    protocol, transport = _protocol(app)
+    protocol.data_received(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nBad: a\x07b\r\n\r\n")
+    status, fields, body = _head(transport)
+    assert status == 400 and fields[b"content-type"] == b"application/json"
+    assert json.loads(body)["error"]["code"] == "invalid_request"
+    await asyncio.sleep(0)
+    assert app.scopes == []
