@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from tests.support.pools import prov
 from tests.support.redis_pool import crash, edges, needs_redis, policy, queued
 
@@ -21,11 +19,6 @@ def skewed(seconds: float):  # type: ignore[no-untyped-def]
     return lambda: asyncio.get_running_loop().time() + seconds
 
 
-# Quarantined hang, not a tolerated failure: in 3 of 6 whole-suite runs this test waited with
-# an idle loop until pytest-timeout stopped it (alone it passed 8 of 8). Only that timeout
-# is tolerated; a failed assertion still fails the run. To be found and removed.
-@pytest.mark.timeout(30)
-@pytest.mark.xfail(raises=pytest.fail.Exception, strict=False, reason="intermittent hang")
 async def test_r_scale_2_edges_with_clocks_hours_apart_keep_and_free_leases_on_redis_time() -> None:
     async with edges() as group:
         pol = policy(prov("p1", cap=1))

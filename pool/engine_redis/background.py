@@ -36,6 +36,8 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 RETRY_S = 0.25  # how often an unreachable Redis is tried again
 BATCH = 64  # jobs sent in one pipeline: concurrent requests of one Edge share a round trip
 HOLD_S = 0.002  # a lone lease end waits at most this for the next call to ride with it
+STOP_WAIT_S = 0.5  # a stopping task is cancelled again after this
+STOP_TRIES = 20
 
 
 async def start_tasks(pool: RedisPool) -> None:
@@ -53,9 +55,7 @@ async def start_tasks(pool: RedisPool) -> None:
 
 async def stop_ticker(pool: RedisPool) -> None:
     if pool._ticker is not None:
-        pool._ticker.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await pool._ticker
+        await stopped(pool._ticker)
         pool._ticker = None
 
 
@@ -63,9 +63,23 @@ async def stop_tasks(pool: RedisPool) -> None:
     for task in pool._tasks:
         task.cancel()
     for task in pool._tasks:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await stopped(task)
     pool._tasks = []
+
+
+async def stopped(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` until it has ended. A writer was seen going on after its cancel (in
+    whole-suite runs, under load): it went back to waiting for work, and its stop waited
+    forever. The stop is asked again every ``STOP_WAIT_S``, a bounded number of times."""
+    for _ in range(STOP_TRIES):
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=STOP_WAIT_S)
+        if done:
+            if not task.cancelled() and task.exception() is not None:
+                log.warning("pool task %s ended with %r", task.get_name(), task.exception())
+            return
+        log.info("pool task %s still running after a cancel: cancelling again", task.get_name())
+    log.warning("pool task %s did not stop after %d cancels", task.get_name(), STOP_TRIES)
 
 
 def renew(pool: RedisPool) -> None:
