@@ -17,7 +17,7 @@ from twisted.internet import defer
 
 from iop_site.public_http import PublicServer
 from iop_site.runtime import EdgeRuntime
-from iop_site.twisted_guards import attach_flow
+from iop_site.twisted_guards import attach_flow, attach_peer_names
 
 log = logging.getLogger("iop.edge")
 
@@ -94,6 +94,8 @@ class EdgeServer(Server):  # type: ignore[misc]
     def create_application(self, protocol: Any, scope: dict[str, Any]) -> Any:
         if scope["type"] == "http":
             attach_flow(protocol, scope)  # R-IN-5: the relay sees the client's write buffer
+        elif scope["type"] == "websocket":
+            attach_peer_names(protocol, scope)  # the Node's certificate names its node id
         return super().create_application(protocol, scope)
 
     def kill_all_applications(self) -> defer.Deferred[Any]:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from email.utils import formatdate
 from typing import Any
 
+import httptools
 from uvicorn.config import Config
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -103,7 +104,17 @@ class GuardedProtocol(HttpToolsProtocol):  # type: ignore[misc]
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return  # answered: the rest is read and discarded until the linger ends
-        super().data_received(data)
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            self.send_400_response("")  # the client's fault: no log line per bad request
+        except httptools.HttpParserUpgrade:
+            pass  # no upgrade here (Nodes dial edge.listen): served as a plain HTTP request
+
+    def _unsupported_upgrade_warning(self) -> None:
+        """uvicorn would log two lines per ``Upgrade`` request, naming a websocket library to
+        install: this listener serves none by design."""
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()

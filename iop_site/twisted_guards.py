@@ -10,6 +10,9 @@
   soon as its headers are in, before its body is read (``edgekit.http``'s rules).
 - R-IN-5: the channel's write side is exposed to the app as a ``WriteFlow`` (paused while
   the socket's write buffer is full), so the relay can stop pulling from the Node.
+- Mutual TLS on the Node listener: the names of the client certificate a websocket peer
+  presented (its subject's common names and DNS names) go into the scope, so the Node
+  consumer refuses a Node whose certificate does not name its node id.
 
 The hook points are Twisted's ``HTTPChannel`` (``connectionMade``, ``dataReceived``,
 ``allHeadersReceived``, ``pauseProducing``/``resumeProducing``) and ``Request``
@@ -24,6 +27,8 @@ import json
 import logging
 from typing import Any
 
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 from twisted.web import http
 
 from edgekit.http import (
@@ -33,6 +38,7 @@ from edgekit.http import (
     content_type,
     error_body,
 )
+from nodes.consumer import PEER_NAMES
 from obskit.context import request_id_from
 from pool.http.errors import HttpError, error_json
 from pool.http.relay import WRITE_FLOW
@@ -270,3 +276,24 @@ def attach_flow(protocol: Any, scope: dict[str, Any]) -> None:
     channel = getattr(protocol, "channel", None)
     if isinstance(channel, GuardedChannel):
         scope.setdefault("extensions", {})[WRITE_FLOW] = channel.write_flow()
+
+
+def attach_peer_names(protocol: Any, scope: dict[str, Any]) -> None:
+    """Put the names of the client certificate a websocket peer presented into its scope
+    (``PEER_NAMES``); nothing when the listener asks for none. daphne does not, and the TLS
+    transport under its protocol has the certificate (``getPeerCertificate``)."""
+    transport = getattr(protocol, "transport", None)
+    peer = getattr(transport, "getPeerCertificate", None)
+    found = peer() if peer is not None else None
+    if found is not None:
+        scope.setdefault("extensions", {})[PEER_NAMES] = certificate_names(found.to_cryptography())
+
+
+def certificate_names(cert: x509.Certificate) -> list[str]:
+    """The subject's common names, then the DNS names of its subjectAltName."""
+    names = [str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return names
+    return names + [str(n) for n in san.get_values_for_type(x509.DNSName)]

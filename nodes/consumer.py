@@ -12,6 +12,9 @@ from nodes import wire
 from nodes.hub import NodeHub, NodeSession
 
 log = logging.getLogger("iop.nodes")
+# scope["extensions"] key: the names of the client certificate the Node presented, when its
+# listener asks for one (edge.tls.client_ca_file; iop_site/edge_server.py puts them there).
+PEER_NAMES = "iop.peer_names"
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str:
@@ -73,6 +76,15 @@ class NodeConsumer(AsyncConsumer):
             await self.send({"type": "websocket.close"})  # before accept: HTTP 403
             return
         if not self.hub.authenticate(node_id, token):
+            await self.send({"type": "websocket.close"})  # before accept: HTTP 403
+            return
+        names = self.scope.get("extensions", {}).get(PEER_NAMES)
+        if names is not None and node_id not in names:  # mutual TLS: the certificate's node
+            log.warning(
+                "node connection refused: node %r presented a client certificate for %s",
+                node_id,
+                ", ".join(repr(n[:64]) for n in names[:4]) or "no name",
+            )
             await self.send({"type": "websocket.close"})  # before accept: HTTP 403
             return
         await self.send({"type": "websocket.accept"})

@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.support.journeys import (
     JOURNEYS_MD,
     JourneyEdge,
+    doc_blocks,
     journey_blocks,
     source_checkout,
     wait_for,
@@ -35,6 +37,7 @@ from tests.support.journeys import (
 pytestmark = pytest.mark.slow
 
 BLOCKS = journey_blocks()
+REFRESH_BLOCKS = doc_blocks(JOURNEYS_MD.parent / "refresh.md", "refresh")
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 INSTALL_TIMEOUT_S = 600
@@ -207,6 +210,26 @@ def test_rotating_a_node_token_refuses_the_old_one_until_the_node_has_the_new_on
     edge.wait_provider("gpu-echo", lambda row: bool(row and row["online"]), "gpu-box back")
 
 
+def test_exporting_what_runs_writes_the_active_revision_to_a_file(edge: JourneyEdge) -> None:
+    """The page's first command: what runs, as a file to edit (here before any live change:
+    the local CLI provider still has the example's capacity)."""
+    assert edge.run(BLOCKS["export"]) == ""
+    exported = yaml.safe_load((edge.work / "var" / "edge.yaml").read_text())
+    nodes = {node["id"]: node for node in exported["nodes"]}
+    assert {"node-local", "gpu-box"} <= set(nodes)
+    (echo,) = [p for p in nodes["node-local"]["providers"] if p["id"] == "echo-cli"]
+    assert echo["capacity"] == edge.provider("echo-cli")["capacity"] == 2  # type: ignore[index]
+
+
+@pytest.mark.parametrize("form", ["yaml", "json"])
+def test_refresh_pages_two_request_forms_dry_run_what_runs(edge: JourneyEdge, form: str) -> None:
+    """docs/refresh.md's two ways to send a document (YAML with the mode in the query, a
+    JSON envelope), as written: what runs, sent back, changes nothing."""
+    (report,) = edge.json_lines(edge.run(REFRESH_BLOCKS[form]))
+    assert report["outcome"] == "dry_run", report
+    assert report["live_paths"] == [] and report["restart_required_paths"] == []
+
+
 def test_changing_a_capacity_from_the_shell_applies_it_live(edge: JourneyEdge) -> None:
     """Export what runs, edit, dry-run, apply: a live path, no restart (R-REF-1, R-REF-3)."""
     dry, applied = edge.json_lines(edge.run(BLOCKS["capacity-shell"]))
@@ -273,6 +296,19 @@ def test_rolling_back_applies_the_previous_revision(edge: JourneyEdge) -> None:
         lambda row: bool(row and row["capacity"] == restored),
         f"the capacity before ({restored})",
     )
+
+
+def test_a_restart_required_change_sent_with_mode_stage_is_staged(edge: JourneyEdge) -> None:
+    """The page's stage command: a restart-required change (here the header deadline) is
+    staged for the next start, never applied live."""
+    edge.run(BLOCKS["export"])
+    exported = edge.work / "var" / "edge.yaml"
+    document = yaml.safe_load(exported.read_text())
+    document["openai"]["header_timeout_s"] = 20
+    exported.write_text(yaml.safe_dump(document, sort_keys=False))
+    (staged,) = edge.json_lines(edge.run(BLOCKS["stage"]))
+    assert staged["outcome"] == "staged", staged
+    assert "openai.header_timeout_s" in staged["restart_required_paths"]
 
 
 def test_removing_a_node_takes_it_out_at_the_restart(edge: JourneyEdge) -> None:

@@ -78,6 +78,19 @@ async def test_max_in_flight_holds_across_edges_and_a_finished_slot_is_free_agai
     await edges.all[2].admit("t", limits, 1)
 
 
+async def test_a_callers_next_request_right_after_its_last_finds_the_slot_free(edges):
+    """max_in_flight=1, one request after the other on one Edge: the ended request's settle
+    is still queued (it waits up to 50 ms to ride along) when the next admission comes; it
+    goes first, in the same round trip, so the caller is never refused by its own past."""
+    limits = TokenLimits(max_in_flight=1)
+    lim = edges.all[0]
+    for _ in range(5):
+        ticket = await lim.admit("t", limits, 1)
+        assert lim.finish(ticket)
+    await edges.settled()
+    assert lim.in_flight("t") == 0
+
+
 async def test_a_dead_edges_in_flight_slots_come_back_one_ttl_after_its_last_renewal(edges):
     """R-SCALE-6: an Edge that dies holding slots (never finishes, never renews) frees them
     once their TTL (2 s here) has passed since its last renewal; live Edges renew theirs."""

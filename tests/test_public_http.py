@@ -217,3 +217,20 @@ async def test_what_the_parser_refuses_is_a_400_in_the_apis_shape_not_uvicorns_t
     assert json.loads(body)["error"]["code"] == "invalid_request"
     await asyncio.sleep(0)
     assert app.scopes == []
+
+
+async def test_an_upgrade_request_is_served_as_plain_http_without_log_lines(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Nodes dial edge.listen: on the public listener a websocket upgrade is an ordinary
+    request (the app answers it), and uvicorn's advice to install a websocket library is
+    never logged."""
+    app = App()
+    protocol, _ = _protocol(app)
+    protocol.data_received(
+        b"GET /ws/node HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    await _until(lambda: protocol.cycle is not None and protocol.cycle.response_complete)
+    assert app.scopes[0]["type"] == "http" and app.scopes[0]["path"] == "/ws/node"
+    assert [r for r in caplog.records if r.name.startswith("uvicorn")] == []

@@ -152,9 +152,21 @@ def in_upstreams(cluster: Cluster) -> int:
     return sum(cluster.upstream(name).server.current for name in ("a", "b"))
 
 
+def slots_held(cluster: Cluster, token_ref: str) -> int:
+    """The token's in-flight slots in Redis (an ended request's slot leaves with its settle,
+    which rides along within 50 ms)."""
+    client = redis.Redis.from_url(str(cluster.redis_url))
+    try:
+        return int(client.zcard(f"{cluster.redis_prefix}:lim:{token_ref}:fly"))
+    finally:
+        client.close()
+
+
 def held_streams(cluster: Cluster, edges: list[int]) -> tuple[list[Hold], list[threading.Thread]]:
     """One streamed request of the ``fly`` token per Edge in ``edges``, held by the upstreams
-    after its first chunk; returns once all of them are in the upstreams."""
+    after its first chunk; returns once all of them are in the upstreams. Starts once the
+    token holds no slot (an earlier request's settle may still be on its way)."""
+    eventually(lambda: slots_held(cluster, "tok-fly") == 0, "the token's earlier slots settled")
     holds = [Hold(cluster.upstream(name)) for name in ("a", "b")]
     threads = [
         threading.Thread(target=ask, args=(cluster, i, "fly"), kwargs={"stream": True})

@@ -272,6 +272,28 @@ def test_a_node_with_no_or_a_bad_client_certificate_is_refused_by_mutual_tls(
         assert not any(p["online"] for p in stack.pool_snapshot()["providers"])
 
 
+def test_a_node_whose_client_certificate_names_another_node_is_refused_before_accept(
+    tmp_path: Path, pki: Pki
+):
+    """Mutual TLS: a valid certificate of the same CA proves only that the CA signed it; the
+    Edge also requires it to name the node id the Node claims (its common name or a DNS
+    name), so one Node's certificate and another Node's token never make a session."""
+    other = pki.client("node-2")
+    tls = {"ca_file": str(pki.ca_file), "cert_file": str(other.cert), "key_file": str(other.key)}
+    edge_tls = _tls(pki.edge, client_ca=pki.ca_file)
+    with _refused_node(tmp_path, edge_tls, {"tls": tls}) as stack:
+        _wait_log(stack, 0, "reconnecting in")
+        assert stack.edge is not None
+        deadline = time.monotonic() + 20
+        line = ""
+        while not line and time.monotonic() < deadline:
+            found = [ln for ln in stack.edge.log.read_text().splitlines() if "node-1" in ln]
+            line = next((ln for ln in found if "client certificate for 'node-2'" in ln), "")
+            time.sleep(0.05)
+        assert "node connection refused" in line
+        assert not any(p["online"] for p in stack.pool_snapshot()["providers"])
+
+
 def test_a_node_refuses_plain_ws_to_a_remote_host_unless_allowed(tmp_path: Path):
     """R-TLS-2: ws:// to a non-loopback host is a config error naming allow_plaintext."""
     config = tmp_path / "node.yaml"

@@ -165,3 +165,28 @@ def test_r_ctl_1_a_curl_shaped_control_request_and_other_listeners_pass() -> Non
         b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 2\r\n\r\n"
     )
     assert transport.value() == b"" and channel.requests[-1].content is not None
+
+
+def test_a_websocket_peers_client_certificate_names_reach_its_scope(tmp_path) -> None:
+    """Mutual TLS on the Node listener: the certificate's common name and DNS names go into
+    the scope (the consumer compares them with the node id); a plain or certificate-less
+    transport adds nothing."""
+    from types import SimpleNamespace
+
+    from OpenSSL import crypto
+
+    from iop_site import certs
+    from iop_site.twisted_guards import attach_peer_names
+    from nodes.consumer import PEER_NAMES
+
+    ca = certs.new_ca("test CA")
+    leaf = certs.issue(ca, "gpu-1", names=["gpu-1.example"], server=False)
+    peer = crypto.X509.from_cryptography(leaf.cert)
+    scope: dict = {}
+    with_cert = SimpleNamespace(transport=SimpleNamespace(getPeerCertificate=lambda: peer))
+    attach_peer_names(with_cert, scope)
+    assert scope["extensions"][PEER_NAMES] == ["gpu-1", "gpu-1.example"]
+    for transport in (SimpleNamespace(), SimpleNamespace(getPeerCertificate=lambda: None)):
+        bare: dict = {}
+        attach_peer_names(SimpleNamespace(transport=transport), bare)
+        assert bare == {}

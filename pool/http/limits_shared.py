@@ -138,7 +138,9 @@ class SharedTokenLimiter:
             self.time_override,
         ]
         keys = self._keys(token_ref)
-        if self._admitting:  # others on the way: join the writer's next pipeline
+        # Others on the way, or ended requests' settles still queued (a caller's next request
+        # right after its last one ended): join the writer's next pipeline, behind them.
+        if self._admitting or self._jobs:
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             self._jobs.append(_Job("admit", keys, args, future))
             self._kick.set()
