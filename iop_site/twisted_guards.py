@@ -1,8 +1,9 @@
-"""Guards on daphne's Twisted HTTP channel: what must happen before the ASGI app runs.
+"""Guards on daphne's Twisted HTTP channel (the Node and control listeners; the public one
+has its own, ``iop_site.public_http``): what must happen before the ASGI app runs.
 
 - R-IN-1: a body whose declared Content-Length (or chunked bytes so far) exceeds the limit
   is answered 413 ``request_too_large`` at once, before it is read or spooled to disk and
-  before authentication, on every HTTP listener of the process.
+  before authentication, on every daphne HTTP listener.
 - R-IN-5: a connection that has not sent complete request headers within the header
   deadline is closed (Twisted's idle timeout restarts on every byte, so it cannot do this).
 - R-CTL-1: on the control listener, a request a web page could send (an ``Origin`` header, a
