@@ -132,3 +132,46 @@ def test_admin_finds_a_request_by_its_id_read_only(admin_client: Any) -> None:
     entry = RequestLogEntry.objects.get(request_id="req-other")
     change = reverse("admin:pool_requestlogentry_change", args=[entry.pk])
     assert admin_client.post(change, {"status": "1"}).status_code == 403
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rows_written_in_one_statement_read_back_field_for_field() -> None:
+    """The batch insert (one ``executemany``, no model instances) stores every field as the
+    ORM reads it back, on SQLite and on PostgreSQL: the time to the microsecond in UTC,
+    booleans, empty and null values."""
+    at = 1_796_000_000.123456
+    full = (
+        "req-a",
+        at,
+        "0af7651916cd43dd8448eb211c80319c",
+        "chat_completions",
+        "team",
+        "app",
+        "glm",
+        "p1",
+        "n1",
+        200,
+        "ok",
+        12,
+        30,
+        True,
+        True,
+        1.5,
+        40.25,
+        2000.0,
+    )
+    bare = ("req-b", at + 1, "", "responses", "-", "-", "-", "-", "", 429, "rate_limited",
+            0, 0, False, False, None, None, 0.5)  # fmt: skip
+    assert write_rows([full, bare], None) == 2
+    fields = RequestLogEntry.ROW_FIELDS
+    stored = {
+        e.request_id: e for e in RequestLogEntry.objects.filter(request_id__in=["req-a", "req-b"])
+    }
+    for row in (full, bare):
+        entry = stored[str(row[0])]
+        for name, value in zip(fields, row, strict=True):
+            if name == "at":
+                expected = datetime.fromtimestamp(float(value), tz=UTC)  # type: ignore[arg-type]
+                assert entry.at == expected
+            else:
+                assert getattr(entry, name) == value, name
