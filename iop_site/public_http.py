@@ -9,7 +9,8 @@ on daphne's listeners, ``GuardedProtocol`` does here, before the app runs:
 - R-IN-1: a declared ``Content-Length`` over the limit, or chunked bytes past it, is answered
   413 ``request_too_large`` at once, before authentication.
 - R-IN-5: a connection without complete headers ``header_timeout_s`` after its first byte (or
-  after it opened) is closed; an idle keep-alive connection after ``KEEP_ALIVE_S``.
+  after it opened) is closed; an idle keep-alive connection after ``KEEP_ALIVE_S``, and one
+  whose request body stops coming for ``KEEP_ALIVE_S`` (Twisted's idle timeout did both).
 - Request line and headers together at most ``MAX_HEADER_BYTES``, at most ``MAX_HEADERS``
   fields (Twisted's own limits on the daphne listeners): else 431 and close.
 - R-IN-5: the client socket's write side is the app's ``WriteFlow`` (``iop.write_flow``).
@@ -52,10 +53,11 @@ DATE_TICK_S = 1.0
 @dataclass(frozen=True, slots=True)
 class Guard:
     """The limits of the public listener (``openai.max_request_bytes``,
-    ``openai.header_timeout_s``)."""
+    ``openai.header_timeout_s``; a stalled body after ``body_idle_s``)."""
 
     max_body_bytes: int
     header_timeout_s: float
+    body_idle_s: float = KEEP_ALIVE_S
 
 
 class FlowWatch:
@@ -94,6 +96,8 @@ class GuardedProtocol(HttpToolsProtocol):  # type: ignore[misc]
         self._head_bytes = 0
         self._head_fields = 0
         self._body_bytes = 0
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._body_seen = 0.0
 
     # --- connection ----------------------------------------------------------------------
 
@@ -109,8 +113,18 @@ class GuardedProtocol(HttpToolsProtocol):  # type: ignore[misc]
             self.parser.feed_data(data)
         except httptools.HttpParserError:
             self.send_400_response("")  # the client's fault: no log line per bad request
+            return
         except httptools.HttpParserUpgrade:
-            pass  # no upgrade here (Nodes dial edge.listen): served as a plain HTTP request
+            return  # no upgrade here (Nodes dial edge.listen): served as a plain HTTP request
+        cycle = self.cycle
+        if (
+            self._body_timer is None
+            and cycle is not None
+            and cycle.more_body
+            and not (self._refused or cycle.response_complete or cycle.disconnected)
+        ):  # a body still to come (one that came with its headers never arms this)
+            self._body_seen = self.loop.time()
+            self._body_timer = self.loop.call_later(self.guard.body_idle_s, self._body_idle)
 
     def _unsupported_upgrade_warning(self) -> None:
         """uvicorn would log two lines per ``Upgrade`` request, naming a websocket library to
@@ -118,6 +132,7 @@ class GuardedProtocol(HttpToolsProtocol):  # type: ignore[misc]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._end_body_timer()
         super().connection_lost(exc)
 
     # --- parser callbacks ----------------------------------------------------------------
@@ -165,9 +180,11 @@ class GuardedProtocol(HttpToolsProtocol):  # type: ignore[misc]
         if self._body_bytes > self.guard.max_body_bytes:
             self._refuse_body()  # R-IN-1: chunked bytes counted as they are decoded
             return
+        self._body_seen = self.loop.time()
         super().on_body(body)
 
     def on_message_complete(self) -> None:
+        self._end_body_timer()
         if not self._refused:
             super().on_message_complete()
 
@@ -235,6 +252,22 @@ class GuardedProtocol(HttpToolsProtocol):  # type: ignore[misc]
         self._deadline = None
         if self.transport is not None:
             self.transport.abort()
+
+    def _body_idle(self) -> None:
+        """The body's last bytes came ``body_idle_s`` ago: the connection is closed (the app
+        reading it sees the client gone); else the check is due again when they will be."""
+        left = self._body_seen + self.guard.body_idle_s - self.loop.time()
+        if left > 0:
+            self._body_timer = self.loop.call_later(left, self._body_idle)
+            return
+        self._body_timer = None
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _end_body_timer(self) -> None:
+        timer, self._body_timer = self._body_timer, None
+        if timer is not None:
+            timer.cancel()
 
 
 def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:

@@ -78,12 +78,14 @@ class App:
         await send({"type": "http.response.body", "body": b"ok"})
 
 
-def _protocol(app: App, header_timeout_s: float = 5.0) -> tuple[GuardedProtocol, Transport]:
+def _protocol(
+    app: App, header_timeout_s: float = 5.0, body_idle_s: float = 60.0
+) -> tuple[GuardedProtocol, Transport]:
     config = Config(
         app, lifespan="off", ws="none", proxy_headers=False, log_config=None, access_log=False
     )
     config.load()
-    protocol = GuardedProtocol(Guard(LIMIT, header_timeout_s), config, ServerState())
+    protocol = GuardedProtocol(Guard(LIMIT, header_timeout_s, body_idle_s), config, ServerState())
     transport = Transport()
     protocol.connection_made(transport)
     return protocol, transport
@@ -234,3 +236,29 @@ async def test_an_upgrade_request_is_served_as_plain_http_without_log_lines(
     await _until(lambda: protocol.cycle is not None and protocol.cycle.response_complete)
     assert app.scopes[0]["type"] == "http" and app.scopes[0]["path"] == "/ws/node"
     assert [r for r in caplog.records if r.name.startswith("uvicorn")] == []
+
+
+async def test_r_in_5_a_body_that_stops_coming_closes_the_connection_and_the_app_sees_it(
+) -> None:  # fmt: skip
+    """Complete headers end the header deadline; a body that then stalls is bounded too
+    (Twisted's idle timeout did it on daphne's listeners)."""
+    app = App()
+    protocol, transport = _protocol(app, body_idle_s=0.01)
+    protocol.data_received(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n" + b"x" * 10
+    )
+    assert protocol._body_timer is not None
+    await _until(lambda: transport.aborted)
+    protocol.connection_lost(None)  # what the transport's abort leads to
+    await _until(lambda: bool(app.messages) and app.messages[-1]["type"] == "http.disconnect")
+
+
+async def test_a_body_that_came_with_its_headers_arms_no_body_timer() -> None:
+    app = App()
+    protocol, transport = _protocol(app, body_idle_s=0.01)
+    protocol.data_received(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nok"
+    )
+    assert protocol._body_timer is None
+    await _until(lambda: protocol.cycle.response_complete)
+    assert not transport.aborted
