@@ -299,7 +299,9 @@ class PublicServer:
     def bind(self) -> None:
         """Bind and listen now; ``OSError`` when the address is taken or not local."""
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP named: asyncio's own loop turns Nagle off only on sockets that say so
+        # (uvloop does either way); tests/test_public_http.py checks the accepted socket.
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self.host, self.port))

@@ -262,3 +262,31 @@ async def test_a_body_that_came_with_its_headers_arms_no_body_timer() -> None:
     assert protocol._body_timer is None
     await _until(lambda: protocol.cycle.response_complete)
     assert not transport.aborted
+
+
+async def test_the_public_server_serves_with_nodelay_and_a_date_then_drains() -> None:
+    """``PublicServer`` on a real loopback socket: answers with a ``date`` header, its
+    connections send small writes at once (TCP_NODELAY, as daphne's listeners do), a stop
+    refuses new connections, and ``aclose`` ends the open ones."""
+    import socket
+
+    from iop_site.public_http import PublicServer
+    from tests.support import free_port
+
+    server = PublicServer("127.0.0.1", free_port(), Guard(LIMIT, 5.0), None)
+    server.bind()
+    await server.start(App())
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert head.startswith(b"HTTP/1.1 200 ") and b"\r\ndate: " in head
+    (connection,) = server._state.connections
+    sock = connection.transport.get_extra_info("socket")
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+    server.stop_accepting()
+    with pytest.raises(OSError):
+        await asyncio.wait_for(asyncio.open_connection("127.0.0.1", server.port), 5)
+    await server.aclose(grace_s=1.0)
+    # read() returns at end of stream: the rest of the answer, then the server closed it
+    assert await asyncio.wait_for(reader.read(), 5) == b"2\r\nok\r\n0\r\n\r\n"
+    writer.close()
