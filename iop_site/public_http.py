@@ -177,8 +177,14 @@ class GuardedProtocol(HttpToolsProtocol):  # type: ignore[misc]
         if self._refused:
             return
         self._body_bytes += len(body)
-        if self._body_bytes > self.guard.max_body_bytes:
-            self._refuse_body()  # R-IN-1: chunked bytes counted as they are decoded
+        if self._body_bytes > self.guard.max_body_bytes:  # R-IN-1: counted as decoded
+            if self.cycle is not None and self.cycle.response_started:
+                # The app answered before reading it all (a 401, say): no second answer on
+                # the wire, and nothing more of this body is read.
+                self._refused = True
+                self.transport.close()
+            else:
+                self._refuse_body()
             return
         self._body_seen = self.loop.time()
         super().on_body(body)

@@ -134,14 +134,23 @@ def test_r_in_1_a_declared_length_over_the_limit_is_refused_before_any_body_byte
     _still_serves(stack)
 
 
-def test_r_in_1_a_chunked_body_is_refused_as_soon_as_it_passes_the_limit(stack: Stack) -> None:
-    """R-IN-1: chunks keep coming and never end; the 413 arrives while they still come."""
+@pytest.mark.parametrize("credentials", [True, False], ids=["authenticated", "anonymous"])
+def test_r_in_1_a_chunked_body_is_refused_as_soon_as_it_passes_the_limit(
+    stack: Stack, credentials: bool
+) -> None:
+    """R-IN-1: chunks keep coming and never end; the 413 arrives while they still come. The
+    public listener starts the app once the headers are in, so an anonymous caller may be
+    answered 401 before its body reaches the limit: one answer either way, never a second
+    one on the same connection."""
     chunk = b"x" * 8192
     framed = f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n"
     sent = 0
+    auth = f"Authorization: Bearer {stack.token}\r\n".encode() if credentials else b""
     with _connect(stack.ports["openai"]) as sock:
         sock.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+            + auth
+            + b"\r\n"
         )
         answered = False
         while sent < 64 * LIMIT:  # bounded: far more than the limit
@@ -151,15 +160,38 @@ def test_r_in_1_a_chunked_body_is_refused_as_soon_as_it_passes_the_limit(stack: 
                 break
             sent += len(chunk)
             ready, _, _ = select.select([sock], [], [], 0)
-            if ready:
+            if ready and (credentials or sent > 2 * LIMIT):
                 answered = True
                 break
         # The last chunk is never sent: an answer at all means the body was refused while
         # it was still coming (how far the client got depends on the kernel's buffers).
         assert answered or sent < 64 * LIMIT
-        status, _, body = _read_response(sock)
-        _assert_too_large(status, body)
+        if credentials:
+            status, _, body = _read_response(sock)
+            _assert_too_large(status, body)
+        else:  # past the limit: the connection ends, after exactly one answer
+            received = _until_closed(sock)
+            assert received.count(b"HTTP/1.1 ") == 1, received[:300]
+            assert received.split(b" ", 2)[1] in (b"401", b"413")
     _still_serves(stack)
+
+
+def _until_closed(sock: socket.socket) -> bytes:
+    """Everything the peer sends until it closes (bounded)."""
+    data = b""
+    deadline = time.monotonic() + MARGIN_S
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([sock], [], [], deadline - time.monotonic())
+        if not ready:
+            break
+        try:
+            chunk = sock.recv(65536)
+        except (ConnectionResetError, BrokenPipeError):
+            return data
+        if not chunk:
+            return data
+        data += chunk
+    raise AssertionError(f"the connection stayed open: {data[:300]!r}")
 
 
 def test_r_in_5_connections_without_complete_headers_are_closed_at_the_deadline(

@@ -290,3 +290,28 @@ async def test_the_public_server_serves_with_nodelay_and_a_date_then_drains() ->
     # read() returns at end of stream: the rest of the answer, then the server closed it
     assert await asyncio.wait_for(reader.read(), 5) == b"2\r\nok\r\n0\r\n\r\n"
     writer.close()
+
+
+async def test_a_body_past_the_limit_after_the_app_answered_closes_without_a_second_answer(
+) -> None:  # fmt: skip
+    """An app may answer before reading the body (a 401 needs only the headers): the body
+    passing the limit after that ends the connection, and no 413 follows the answer."""
+
+    async def early(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 401, "headers": []})
+        await send({"type": "http.response.body", "body": b"no"})
+
+    config = Config(early, lifespan="off", ws="none", proxy_headers=False, log_config=None,
+                    access_log=False)  # fmt: skip
+    config.load()
+    protocol = GuardedProtocol(Guard(LIMIT, 5.0), config, ServerState())
+    transport = Transport()
+    protocol.connection_made(transport)
+    protocol.data_received(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    await _until(lambda: protocol.cycle.response_complete)
+    chunk = b"200\r\n" + b"x" * 0x200 + b"\r\n"
+    protocol.data_received(chunk * 3)  # past the limit
+    assert transport.closed and transport.data.count(b"HTTP/1.1 ") == 1
+    assert transport.data.startswith(b"HTTP/1.1 401 ")
