@@ -105,6 +105,22 @@ def _own_host(value: str, scope: Mapping[str, Any]) -> bool:
     return name == "localhost" or (server[0] is not None and name == str(server[0]).lower())
 
 
+LINGER_S = 5.0  # after a refusal, read and discard this long so the client sees the answer
+
+
+def closing_answer(status: bytes, body: bytes, request_id: str) -> bytes:
+    """A whole HTTP/1.1 answer with a JSON body that closes the connection: a refusal a
+    listener writes itself, before any app runs (``iop_site.twisted_guards``,
+    ``iop_site.public_http``)."""
+    return (
+        b"HTTP/1.1 " + status + b"\r\n"
+        b"content-type: application/json\r\n"
+        b"x-request-id: " + request_id.encode() + b"\r\n"
+        b"content-length: " + str(len(body)).encode() + b"\r\n"
+        b"connection: close\r\n\r\n" + body
+    )
+
+
 def error_body(
     code: str, message: str, *, type: str = "invalid_request_error", param: str | None = None
 ) -> dict[str, Any]:

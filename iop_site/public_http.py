@@ -36,8 +36,9 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from edgekit.http import LINGER_S, closing_answer, header
 from obskit.context import request_id_from
-from pool.http.errors import HttpError, error_json
+from pool.http.errors import HttpError, error_json, request_too_large
 from pool.http.relay import WRITE_FLOW
 
 log = logging.getLogger("iop.edge")
@@ -46,7 +47,6 @@ BACKLOG = 1024  # as on daphne's listeners (iop_site/tls.py)
 MAX_HEADER_BYTES = 16 * 1024  # request line and header fields, as Twisted's totalHeadersSize
 MAX_HEADERS = 500  # as Twisted's maxHeaders
 KEEP_ALIVE_S = 60.0  # an idle keep-alive connection is closed after this
-LINGER_S = 5.0  # after a refusal, read and discard this long so the client sees the answer
 DATE_TICK_S = 1.0
 
 
@@ -206,8 +206,7 @@ class GuardedProtocol(HttpToolsProtocol):  # type: ignore[misc]
 
     def _refuse_body(self) -> None:
         limit = self.guard.max_body_bytes
-        err = HttpError("request_too_large", f"the request body exceeds {limit} bytes")
-        self._answer(b"413 Request Entity Too Large", err)
+        self._answer(b"413 Request Entity Too Large", request_too_large(limit))
 
     def _refuse_head(self) -> None:
         message = f"the request line and headers exceed {MAX_HEADER_BYTES} bytes or " + (
@@ -226,14 +225,8 @@ class GuardedProtocol(HttpToolsProtocol):  # type: ignore[misc]
             self.cycle.disconnected = True
             self.cycle.message_event.set()
         body = error_json(err, (self.url or b"").startswith(b"/v1/messages"))
-        given = next((v for k, v in (self.headers or ()) if k == b"x-request-id"), None)
-        self.transport.write(
-            b"HTTP/1.1 " + status + b"\r\n"
-            b"content-type: application/json\r\n"
-            b"x-request-id: " + request_id_from(given).encode() + b"\r\n"
-            b"content-length: " + str(len(body)).encode() + b"\r\n"
-            b"connection: close\r\n\r\n" + body
-        )
+        given = header(self.headers or [], b"x-request-id")
+        self.transport.write(closing_answer(status, body, request_id_from(given)))
         self._unset_keepalive_if_required()
         # Half-close: the answer and a FIN go out; what the client still sends is discarded
         # for a short while so its TCP stack does not reset the answer away, then abort.
@@ -277,13 +270,11 @@ class GuardedProtocol(HttpToolsProtocol):  # type: ignore[misc]
 
 
 def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
-    for name, value in headers:
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None  # the parser refuses it as a bad request
-    return None
+    value = header(headers, b"content-length")
+    try:
+        return None if value is None else int(value)
+    except ValueError:
+        return None  # the parser refuses it as a bad request
 
 
 class PublicServer:

@@ -34,19 +34,19 @@ from twisted.web import http
 
 from edgekit.http import (
     CONTROL_CONTENT_TYPES,
+    LINGER_S,
     UNSUPPORTED_REFRESH_BODY,
     browser_refusal,
+    closing_answer,
     content_type,
     error_body,
 )
 from nodes.consumer import PEER_NAMES
 from obskit.context import request_id_from
-from pool.http.errors import HttpError, error_json
+from pool.http.errors import error_json, request_too_large
 from pool.http.relay import WRITE_FLOW
 
 log = logging.getLogger("iop.edge")
-
-LINGER_S = 5.0  # after a 413, read and discard this long so the client sees the answer
 
 
 class WriteFlow:
@@ -173,9 +173,7 @@ class GuardedChannel(http.HTTPChannel):  # type: ignore[misc]
     def refuse_body(self) -> None:
         """Answer 413 in the caller's error shape and close, reading nothing more into memory."""
         path = getattr(self, "_path", b"") or b""
-        err = HttpError(
-            "request_too_large", f"the request body exceeds {self.max_body_bytes} bytes"
-        )
+        err = request_too_large(self.max_body_bytes)
         body = error_json(err, anthropic=path.startswith(b"/v1/messages"))
         self._iop_answer(b"413 Request Entity Too Large", body)
 
@@ -186,13 +184,7 @@ class GuardedChannel(http.HTTPChannel):  # type: ignore[misc]
         self._iop_refused = True
         if isinstance(body, dict):
             body = json.dumps(body, sort_keys=True).encode()
-        self.transport.write(
-            b"HTTP/1.1 " + status + b"\r\n"
-            b"Content-Type: application/json\r\n"
-            b"X-Request-Id: " + self._iop_request_id().encode() + b"\r\n"
-            b"Content-Length: " + str(len(body)).encode() + b"\r\n"
-            b"Connection: close\r\n\r\n" + body
-        )
+        self.transport.write(closing_answer(status, body, self._iop_request_id()))
         self.setTimeout(None)
         # Half-close: the answer and a FIN go out; what the client still sends is discarded
         # for a short while so its TCP stack does not reset the answer away, then abort.

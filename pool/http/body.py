@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from edgekit import http
 from edgekit.http import ClientGone, Receive
-from pool.http.errors import HttpError
+from pool.http.errors import HttpError, request_too_large
 
 __all__ = ["ClientGone", "Receive", "read_body"]
 
@@ -15,6 +15,6 @@ async def read_body(receive: Receive, content_length: bytes | None, limit: int) 
     try:
         return await http.read_body(receive, content_length, limit)
     except http.BodyTooLarge:
-        raise HttpError("request_too_large", f"the request body exceeds {limit} bytes") from None
+        raise request_too_large(limit) from None
     except http.BadContentLength:
         raise HttpError("invalid_request", "Content-Length is not a number") from None

@@ -223,6 +223,11 @@ def anthropic_body(err: HttpError) -> dict[str, Any]:
     return {"type": "error", "error": {"type": err.row.anthropic_type, "message": err.message}}
 
 
+def request_too_large(limit: int) -> HttpError:
+    """R-IN-1: a body over ``limit`` bytes, declared or received (every listener's words)."""
+    return HttpError("request_too_large", f"the request body exceeds {limit} bytes")
+
+
 def error_json(err: HttpError, anthropic: bool) -> bytes:
     """The error response body; ASCII-only so it is safe inside SSE lines too."""
     body = anthropic_body(err) if anthropic else openai_body(err)
