@@ -103,26 +103,12 @@ class JourneyEdge:
     # --- the documented commands -------------------------------------------------------------
 
     def substitute(self, text: str) -> str:
-        for role, port in EXAMPLE_PORTS.items():
-            text = text.replace(f":{port}", f":{self.ports[role]}")
+        text = with_ports(text, self.ports)
         return text.replace("wss://EDGE_HOST", "ws://127.0.0.1")  # loopback, no TLS
 
     def run(self, script: str, cwd: Path | None = None) -> str:
         """Run shell text with this Edge's environment; its stdout; fail with its output."""
-        done = subprocess.run(
-            ["bash", "-e", "-o", "pipefail", "-c", self.substitute(script)],
-            cwd=cwd or self.work,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=COMMAND_TIMEOUT_S,
-        )
-        if done.returncode != 0:
-            raise AssertionError(
-                f"exit {done.returncode}:\n{script}\n--- stdout\n{done.stdout}\n"
-                f"--- stderr\n{done.stderr}"
-            )
-        return done.stdout
+        return run_script(self.substitute(script), cwd or self.work, self.env)
 
     def json_lines(self, output: str) -> list[dict[str, Any]]:
         """The JSON reports printed by the block's curl commands, in order."""
@@ -251,6 +237,32 @@ class JourneyEdge:
         document["nodes"][0]["providers"].extend(extra_providers)
         document["models"].extend(extra_models)
         return yaml.safe_dump(document, sort_keys=False)
+
+
+def with_ports(text: str, ports: dict[str, int]) -> str:
+    """``text`` with the example's listen ports (``EXAMPLE_PORTS``) replaced by ``ports``."""
+    for role, port in EXAMPLE_PORTS.items():
+        text = text.replace(f":{port}", f":{ports[role]}")
+    return text
+
+
+def run_script(script: str, cwd: Path, env: dict[str, str]) -> str:
+    """Run a page's shell text as written (``bash -e -o pipefail``); its stdout, or an
+    AssertionError with its output."""
+    done = subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", script],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )
+    if done.returncode != 0:
+        raise AssertionError(
+            f"exit {done.returncode}:\n{script}\n--- stdout\n{done.stdout}\n"
+            f"--- stderr\n{done.stderr}"
+        )
+    return done.stdout
 
 
 def printed_json(output: str) -> list[Any]:

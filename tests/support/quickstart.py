@@ -21,10 +21,9 @@ from pathlib import Path
 
 from catalog.config.rules.example_tokens import ALLOW_ENV
 from tests.support import ROOT, free_port
-from tests.support.journeys import source_checkout
+from tests.support.journeys import EXAMPLE_PORTS, run_script, source_checkout, with_ports
 from tests.support.processes import child_env
 
-EXAMPLE_PORTS = (7700, 7701, 8080)
 START_TIMEOUT_S = 90.0  # the first run migrates and imports the catalog (seconds here)
 TOKEN_LINE = re.compile(r"^Client token \(keep it private\): (\S+)$", re.MULTILINE)
 
@@ -35,33 +34,22 @@ class Quickstart:
 
     work: Path
     env: dict[str, str]
-    ports: dict[int, int]
+    ports: dict[str, int]  # by role, as tests.support.journeys.EXAMPLE_PORTS
     output: list[str]
     token: str
 
     def substitute(self, text: str) -> str:
-        for example, port in self.ports.items():
-            text = text.replace(f":{example}", f":{port}")
-        return text
+        return with_ports(text, self.ports)
 
     def log(self) -> str:
         return "".join(self.output)
 
     def run(self, block: str) -> str:
         """A page's block in the checkout, with ``TOKEN`` set; its stdout."""
-        done = subprocess.run(
-            ["bash", "-e", "-o", "pipefail", "-c", self.substitute(block)],
-            cwd=self.work,
-            env={**self.env, "TOKEN": self.token},
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, f"{block}\n{done.stdout}\n{done.stderr}"
-        return done.stdout
+        return run_script(self.substitute(block), self.work, {**self.env, "TOKEN": self.token})
 
     def provider_online(self, provider_id: str) -> bool:
-        url = f"http://127.0.0.1:{self.ports[7701]}/pool"
+        url = f"http://127.0.0.1:{self.ports['admin']}/pool"
         with urllib.request.urlopen(url, timeout=5) as resp:
             rows = json.loads(resp.read())["providers"]
         return any(row["provider_id"] == provider_id and row["online"] for row in rows)
@@ -74,13 +62,10 @@ def make_run(
     """Run ``command`` (one line of a page, ``make run`` in it) in a fresh copy of the checkout."""
     work = source_checkout(directory)
     (work / ".venv").symlink_to(ROOT / ".venv")
-    ports = {example: free_port() for example in EXAMPLE_PORTS}
+    ports = {role: free_port() for role in EXAMPLE_PORTS}
     for name in ("configs/edge.yaml", "scripts/run_local.py"):
         path = work / name
-        text = path.read_text()
-        for example, port in ports.items():
-            text = text.replace(f":{example}", f":{port}")
-        path.write_text(text)
+        path.write_text(with_ports(path.read_text(), ports))
     environ = child_env({"PYTHONPATH": str(work), **(env or {})})
     for name in ("DATABASE_URL", "IOP_VAR_DIR", ALLOW_ENV, "IOP_REDIS_URL"):
         environ.pop(name, None)  # a newcomer's machine: the embedded default
