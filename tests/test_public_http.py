@@ -315,3 +315,28 @@ async def test_a_body_past_the_limit_after_the_app_answered_closes_without_a_sec
     protocol.data_received(chunk * 3)  # past the limit
     assert transport.closed and transport.data.count(b"HTTP/1.1 ") == 1
     assert transport.data.startswith(b"HTTP/1.1 401 ")
+
+
+async def test_an_idle_keep_alive_connection_is_closed_after_the_keep_alive_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bound between requests (60 s as shipped; 1 s here) ends an idle connection that
+    has been answered, on a real socket."""
+    from iop_site import public_http
+    from tests.support import free_port
+
+    monkeypatch.setattr(public_http, "KEEP_ALIVE_S", 1.0)
+    server = public_http.PublicServer("127.0.0.1", free_port(), Guard(LIMIT, 5.0), None)
+    server.bind()
+    await server.start(App())
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 200 ") and b"connection: close" not in head
+        # read() returns at end of stream: the rest of the answer, then the idle close,
+        # within 3 s (uvicorn's own default, 5 s, would not close it in time)
+        assert await asyncio.wait_for(reader.read(), 3) == b"2\r\nok\r\n0\r\n\r\n"
+        writer.close()
+    finally:
+        await server.aclose(grace_s=1.0)
