@@ -164,16 +164,11 @@ class NodeHub:
         if session.state == CLOSED:
             return
         if isinstance(message, wire.RunEvent):
-            channel = session.runs.get(message.run_id)
-            if channel is not None and not channel.feed(message.data):
-                log.warning(
-                    "node %s: run %s overran its credit", session.node_id, channel.run_id,
-                    extra=channel.log_context(),
-                )  # fmt: skip
-                del session.runs[channel.run_id]
-                channel.fail("upstream_error", "the node sent more output than it was allowed")
-                self._spawn(session.transport.send(wire.encode(wire.Cancel(run_id=channel.run_id))))
+            self._feed(session, message.run_id, message.data)
         elif isinstance(message, wire.RunEnd):
+            data, message.data = message.data, ""  # its last output goes first, as an event
+            if data and not self._feed(session, message.run_id, data):
+                return
             channel = session.runs.pop(message.run_id, None)
             if channel is not None:
                 message.usage = sane_usage(message.usage, f"node {session.node_id}")  # R-IN-6
@@ -192,6 +187,21 @@ class NodeHub:
             self._on_refresh_ack(session, message)
         # Pong only refreshes last_seen.
 
+    def _feed(self, session: NodeSession, run_id: str, data: str) -> bool:
+        """Queue a run's output; False when it overran its credit (the run is failed and
+        cancelled on the Node). Output of a run no longer here is dropped."""
+        channel = session.runs.get(run_id)
+        if channel is None or channel.feed(data):
+            return True
+        log.warning(
+            "node %s: run %s overran its credit", session.node_id, channel.run_id,
+            extra=channel.log_context(),
+        )  # fmt: skip
+        del session.runs[channel.run_id]
+        channel.fail("upstream_error", "the node sent more output than it was allowed")
+        self._spawn(session.transport.send(wire.encode(wire.Cancel(run_id=channel.run_id))))
+        return False
+
     def _on_refresh_ack(self, session: NodeSession, message: wire.ConfigRefreshAck) -> None:
         if session.state == READY:
             refused = _refusals(session.node_id, message.unavailable)
@@ -209,7 +219,7 @@ class NodeHub:
             )
 
     async def _on_register(self, session: NodeSession, message: wire.Register) -> None:
-        if message.node_id != session.node_id or message.protocol != wire.PROTOCOL_VERSION:
+        if message.node_id != session.node_id or message.protocol not in wire.ACCEPTED_PROTOCOLS:
             await self.refuse(
                 session,
                 "bad_register",

@@ -12,7 +12,10 @@ from typing import Any
 
 import msgspec
 
-PROTOCOL_VERSION = 1
+# 2: a run_end may carry the run's last output (``RunEnd.data``). An Edge still accepts a
+# protocol 1 Node (it never sends that field), so Edges are upgraded before their Nodes.
+PROTOCOL_VERSION = 2
+ACCEPTED_PROTOCOLS = frozenset({1, PROTOCOL_VERSION})
 # The Anthropic Messages API version the anthropic_messages driver sends (R-XLATE-3).
 ANTHROPIC_VERSION = "2023-06-01"
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # both sides configure their websocket with this limit
@@ -161,12 +164,15 @@ class RunEvent(_Msg, tag="run_event"):
 
 
 class RunEnd(_Msg, tag="run_end"):
-    """The one terminal message of a run."""
+    """The one terminal message of a run. ``data``: output sent with it rather than in a
+    ``run_event`` of its own (a non-stream answer: one frame less, docs/performance.md);
+    it follows every ``run_event`` of the run and counts against the run's credit."""
 
     run_id: str
     ok: bool
     error: RunError | None = None
     usage: Usage | None = None
+    data: str = ""
 
 
 class ProbeResult(_Msg, tag="probe_result"):

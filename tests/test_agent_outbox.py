@@ -74,3 +74,55 @@ async def test_a_failed_send_drops_further_output_without_raising():
     assert out.broken
     await out.emit("y")  # no error: the client loop ends the run when the connection drops
     await out.drain()
+
+
+async def test_a_held_answer_is_sent_with_the_run_end_not_as_an_event():
+    """A non-stream run's answer waits for ``last`` and travels in run_end: no run_event."""
+    send = GatedSend()
+    send.gate.set()
+    out = RunOutput("r5", send, credit=100, hold=True)
+    await out.emit('{"id":')
+    await out.emit('"x"}')
+    assert send.sent == [] and out.emitted
+    assert await out.last() == '{"id":"x"}'
+    assert send.sent == []
+    assert await out.last() == ""  # taken once
+
+
+async def test_a_held_answer_longer_than_the_credit_goes_as_events():
+    """R-IN-5: output in run_end counts against the credit; what does not fit is sent as
+    run_events, as the credit comes back, and run_end then carries nothing."""
+    send = GatedSend()
+    send.gate.set()
+    out = RunOutput("r6", send, credit=4, hold=True)
+    await out.emit("abcdef")
+    last = asyncio.create_task(out.last())
+    async with asyncio.timeout(5):
+        await send.called.wait()
+    assert [m.data for m in send.sent] == ["abcd"] and not last.done()
+    out.grant(2)
+    async with asyncio.timeout(5):
+        assert await last == ""
+    assert [m.data for m in send.sent] == ["abcd", "ef"]
+
+
+async def test_held_output_over_the_event_limit_is_sent_at_once_in_events():
+    send = GatedSend()
+    send.gate.set()
+    out = RunOutput("r7", send, hold=True)
+    big = "a" * (wire.MAX_EVENT_DATA_CHARS + 1)
+    await out.emit(big)
+    assert await out.last() == ""
+    assert "".join(m.data for m in send.sent) == big and len(send.sent) == 2
+
+
+async def test_held_output_of_a_run_that_failed_is_still_sent_by_drain():
+    """A run that emitted and then failed ends as before: its output in events, then the
+    error's run_end (whose phase says output went out)."""
+    send = GatedSend()
+    send.gate.set()
+    out = RunOutput("r8", send, hold=True)
+    await out.emit("partial")
+    await out.drain()
+    assert [m.data for m in send.sent] == ["partial"]
+    assert await out.last() == ""

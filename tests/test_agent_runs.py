@@ -117,6 +117,25 @@ async def test_normalized_runs_on_ollama_and_cli(edge, tmp_path):
         assert echo_log.ends[0].usage is not None and echo_log.ends[0].usage.estimated
 
 
+async def test_a_non_stream_answer_travels_in_its_run_end_alone(edge, good, tmp_path):
+    """Protocol 2: a non-stream run is one frame, its run_end with the answer and usage;
+    a stream run still sends its output as run_events."""
+    async with running_node(edge, tmp_path):
+        conn = await edge.next_connection()
+        await conn.tunnel("n1", "good", "chat_completions", chat_body(), stream=False)
+        answer = await conn.wait_end("n1")
+        await conn.tunnel("s1", "good", "chat_completions", chat_body(stream=True), stream=True)
+        stream = await conn.wait_end("s1")
+        frames = [m for m in conn.received if getattr(m, "run_id", "") == "n1"]
+        assert [type(m) for m in frames] == [wire.RunEnd]
+        (end,) = frames
+        assert end.ok and end.data == good.requests[0].response.decode() == answer.text
+        assert end.usage is not None and end.usage.input_tokens == good.prompt_tokens
+        streamed = [m for m in conn.received if getattr(m, "run_id", "") == "s1"]
+        assert isinstance(streamed[0], wire.RunEvent) and streamed[-1].data == ""
+        assert stream.text.endswith("data: [DONE]\n\n")
+
+
 async def test_exactly_one_run_end_per_run_whatever_ends_it(edge, good, tmp_path):
     async with running_node(edge, tmp_path) as client:
         conn = await edge.next_connection()

@@ -255,6 +255,72 @@ async def test_run_events_flow_in_order_and_a_duplicated_run_end_is_ignored(runt
     await comm.disconnect()
 
 
+async def test_output_carried_in_run_end_is_read_before_the_end(runtime):
+    """Protocol 2: a run_end's ``data`` is the run's last output, after its run_events; the
+    channel reads it as an event, and the end it hands on carries none (nothing twice)."""
+    comm = communicator(runtime)
+    await make_ready(comm)
+    await settle(comm)
+    lease, channel = await run_on(runtime)
+    request = await receive(comm)
+    for message in (
+        wire.RunEvent(run_id=request.run_id, data="head "),
+        wire.RunEnd(run_id=request.run_id, ok=True, usage=wire.Usage(1, 2), data="tail"),
+    ):
+        await comm.send_to(bytes_data=wire.encode(message))
+    await settle(comm)
+    received = [await channel.get() for _ in range(3)]
+    assert received[:2] == ["head ", "tail"]
+    end = received[2]
+    assert isinstance(end, wire.RunEnd) and end.ok and end.data == ""
+    assert end.usage == wire.Usage(1, 2)
+    runtime.pool.release(lease)
+    assert runtime.pool.idle()
+    await comm.disconnect()
+
+
+async def test_a_run_end_whose_output_passes_the_window_fails_the_run(runtime, caplog):
+    """R-IN-5: output in a run_end counts against the run's credit like a run_event's."""
+    comm = communicator(runtime)
+    await make_ready(comm)
+    await settle(comm)
+    lease = await runtime.pool.acquire("echo", frozenset({"chat"}))
+    order = RunOrder(False, "chat_completions", False, b'{"model":"echo"}')
+    channel = await runtime.hub.open_run(lease, order, window=10)
+    request = await receive(comm)
+    assert request.credit == 10
+    end = wire.RunEnd(run_id=request.run_id, ok=True, data="x" * 11)
+    await comm.send_to(bytes_data=wire.encode(end))
+    cancel = await receive(comm)
+    assert isinstance(cancel, wire.Cancel) and cancel.run_id == request.run_id
+    failed = await channel.get()
+    assert isinstance(failed, wire.RunEnd) and failed.error is not None
+    assert failed.error.code == "upstream_error"
+    assert any("overran its credit" in r.getMessage() for r in caplog.records)
+    runtime.hub.close_run(channel)
+    runtime.pool.release(lease)
+    assert runtime.pool.idle()
+    await comm.disconnect()
+
+
+@pytest.mark.parametrize(("protocol", "accepted"), [(1, True), (2, True), (3, False), (0, False)])
+async def test_a_node_of_the_previous_protocol_is_still_accepted(runtime, protocol, accepted):
+    """An Edge is upgraded before its Nodes: a protocol 1 Node (no output in run_end)
+    registers; a protocol the Edge does not know is refused with the reason."""
+    comm = communicator(runtime)
+    connected, _ = await comm.connect(timeout=5)
+    assert connected
+    await comm.send_to(bytes_data=wire.encode(wire.Register(node_id="node-a", protocol=protocol)))
+    response = await receive(comm)
+    if accepted:
+        assert isinstance(response, wire.RegisterResponse)
+        await comm.disconnect()
+    else:
+        assert isinstance(response, wire.ErrorMessage) and response.code == "bad_register"
+        closed = await comm.receive_output(timeout=5)
+        assert closed["code"] == wire.CLOSE_PROTOCOL_ERROR
+
+
 async def test_closing_an_unfinished_run_sends_cancel_to_the_node(runtime):
     comm = communicator(runtime)
     await make_ready(comm)

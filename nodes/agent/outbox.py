@@ -1,6 +1,10 @@
 """Per-run output: the first chunk goes out at once; chunks that arrive while a send is
 in progress are coalesced into the next run_event (docs/performance.md: fewer, fuller frames).
 
+A non-stream run (``hold``) keeps its output until the run ends, up to
+``wire.MAX_EVENT_DATA_CHARS``, and it travels in the run's ``run_end``: its adapter emits
+the whole answer at once just before it returns, so nothing waits and one frame is saved.
+
 With flow control (``credit`` > 0, R-IN-5) a run sends at most its credit in characters
 and waits for the Edge's ``credit`` messages for more; meanwhile ``emit`` blocks once
 ``MAX_BUFFERED_CHARS`` are queued, so the adapter stops reading its upstream.
@@ -23,9 +27,12 @@ MAX_BUFFERED_CHARS = 4 * wire.MAX_EVENT_DATA_CHARS  # above this, emit waits (ba
 class RunOutput:
     """Buffers one run's output and sends it as run_event frames, in order."""
 
-    def __init__(self, run_id: str, send: SendMessage, credit: int = 0) -> None:
+    def __init__(
+        self, run_id: str, send: SendMessage, credit: int = 0, *, hold: bool = False
+    ) -> None:
         self.run_id = run_id
         self._send = send
+        self._hold = hold
         self._parts: list[str] = []
         self._size = 0
         self._flusher: asyncio.Task[None] | None = None
@@ -44,8 +51,8 @@ class RunOutput:
         self.emitted = True
         self._parts.append(text)
         self._size += len(text)
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush(), name=f"flush-{self.run_id}")
+        if not self._hold or self._size > wire.MAX_EVENT_DATA_CHARS:
+            self._start_flush()
         if self._size > MAX_BUFFERED_CHARS:
             self._room.clear()
             await self._room.wait()
@@ -55,6 +62,10 @@ class RunOutput:
         if self._credit is not None and chars > 0:
             self._credit += chars
             self._credited.set()
+
+    def _start_flush(self) -> None:
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush(), name=f"flush-{self.run_id}")
 
     async def _flush(self) -> None:
         try:
@@ -97,5 +108,24 @@ class RunOutput:
         """Wait until everything queued is sent (or dropped, with ``discard``)."""
         if discard:
             self.discard()
+        elif self._parts:
+            self._start_flush()  # held output of a run that did not end well
         if self._flusher is not None:
             await self._flusher
+
+    async def last(self) -> str:
+        """The run ended well: wait for what is being sent, and return the output still
+        held, to go in its ``run_end`` (sent as events instead when its credit is short)."""
+        if self._flusher is not None:
+            await self._flusher
+        data = "".join(self._parts)
+        if not data or self.broken:
+            return ""
+        if self._credit is not None and len(data) > self._credit:
+            await self.drain()
+            return ""
+        if self._credit is not None:
+            self._credit -= len(data)
+        self._parts.clear()
+        self._size = 0
+        return data

@@ -180,7 +180,7 @@ class Router:
             forward_headers=forward,
             credential=credential,
         )
-        out = RunOutput(run_id, self._send, credit=message.credit)
+        out = RunOutput(run_id, self._send, credit=message.credit, hold=not message.stream)
         run = _Run(run_id, out=out, span=span)
         self.runs[run_id] = run
         # The run stays on the registry it started with, even after a swap (R-NODE-5);
@@ -210,8 +210,7 @@ class Router:
         end: wire.RunEnd
         try:
             usage = await run.adapter_task
-            await out.drain()
-            end = wire.RunEnd(run_id=run.run_id, ok=True, usage=usage)
+            end = wire.RunEnd(run_id=run.run_id, ok=True, usage=usage, data=await out.last())
         except AdapterError as exc:
             _log_failure(run.run_id, exc)
             await out.drain()
