@@ -302,6 +302,11 @@ def main() -> int:
         help="also run an Edge+Node with this fix undone, side by side "
         "(docs/performance-history.md)",
     )  # fmt: skip
+    parser.add_argument(
+        "--baseline", metavar="REV",
+        help="also run the Edge+Node of git revision REV (a worktree under var/bench/baseline), "
+        "as edge@REV and edge-1core@REV, in the same rounds: what a change bought",
+    )  # fmt: skip
     args = parser.parse_args()
     args.rounds = max(3, args.rounds)
     if shutil.which("wrk") is None:

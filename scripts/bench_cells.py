@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import ssl
+import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -159,16 +160,18 @@ def edge_stack(
     pin: bool = True,
     one_core: bool = False,
     capacity: int = 256,
+    root: Path = ROOT,
     **config: Any,
 ) -> Iterator[Target]:
     """A real Edge and Node (tests.support.Stack) with one provider of ``capacity`` on the
     shared upstream, pinned like the core cells unless ``pin`` is false (``one_core``: the Node
     too on the server's CPU); ``config`` is merged into the Edge config (``openai=...`` for
-    instance). Yields the target named ``name``."""
+    instance); ``root``: the checkout it runs from (a ``--baseline``). Yields the target
+    named ``name``."""
     from tests.support import Stack
 
     # scripts/bench_diag/sitecustomize.py acts only on the IOP_BENCH_* variables.
-    env = {"PYTHONPATH": f"{ROOT / 'scripts' / 'bench_diag'}{os.pathsep}{ROOT}", **(env or {})}
+    env = {"PYTHONPATH": f"{ROOT / 'scripts' / 'bench_diag'}{os.pathsep}{root}", **(env or {})}
     if ctx.options.diagnose:
         out = Path(ctx.options.diagnose).resolve()
         out.mkdir(parents=True, exist_ok=True)
@@ -184,6 +187,7 @@ def edge_stack(
         pool={"max_queue": 1024},
         env=env,
         log_level="WARNING",
+        root=root,
         **config,
     ) as stack:
         assert stack.edge and stack.edge.popen and stack.nodes[0].popen
@@ -221,7 +225,8 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
 
 @suite("variants")
 def variants_suite(ctx: BenchContext) -> Iterator[list[Cell]]:
-    """Each ``--variant`` (VARIANTS) beside the shipped Edge at c=1 and 16, same rounds."""
+    """Each ``--variant`` (VARIANTS) beside the shipped Edge at c=1 and 16, same rounds; with
+    ``--baseline REV``, that revision's Edge+Node, as ``edge`` and as ``edge-1core`` run."""
     with contextlib.ExitStack() as stack:
         cells: list[Cell] = []
         for variant in ctx.options.variant or []:
@@ -229,7 +234,32 @@ def variants_suite(ctx: BenchContext) -> Iterator[list[Cell]]:
             pin = variant != "unpinned"
             target = stack.enter_context(edge_stack(ctx, name, env, pin=pin))
             cells += [Cell(target, mode, c) for mode in BODIES for c in (1, 16)]
+        if getattr(ctx.options, "baseline", None):
+            rev, root = baseline_checkout(ctx.options.baseline)
+            for name, one_core in ((f"edge@{rev}", False), (f"edge-1core@{rev}", True)):
+                target = stack.enter_context(edge_stack(ctx, name, one_core=one_core, root=root))
+                cells += [Cell(target, mode, c) for mode in BODIES for c in (1, 16)]
         yield cells
+
+
+BASELINES = ROOT / "var" / "bench" / "baseline"
+
+
+def baseline_checkout(rev: str, under: Path = BASELINES) -> tuple[str, Path]:
+    """``rev``'s short id and a worktree of it in ``under`` (made once; its Edge and Node
+    run on this checkout's virtualenv)."""
+    sha = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{rev}^{{commit}}"],
+        cwd=ROOT, capture_output=True, text=True, check=True, timeout=30,
+    ).stdout.strip()  # fmt: skip
+    root = under / sha[:12]
+    if not (root / "manage.py").exists():
+        root.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["git", "worktree", "add", "--force", "--detach", str(root), sha],
+            cwd=ROOT, capture_output=True, check=True, timeout=120,
+        )  # fmt: skip
+    return sha[:12], root
 
 
 def section(fn: Callable[[Figures], list[str]]) -> Callable[[Figures], list[str]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 
+import msgspec
 import pytest
 
 from nodes import wire
@@ -177,6 +178,32 @@ async def test_exactly_one_run_end_per_run_whatever_ends_it(edge, good, tmp_path
         crash = ends["crash"][0].error
         assert crash is not None and crash.message == "internal node error (RuntimeError)"
         assert "no-such-run" not in conn.runs or conn.runs["no-such-run"].ends == []
+
+
+async def test_a_run_cancelled_before_its_task_begins_still_ends_once(edge, good, tmp_path):
+    """A cancel handled in the same loop step as its run_request (frames read back to back)
+    reaches a task that has not begun: the run still ends with one ``cancelled`` run_end,
+    nothing is dialed, and the registry's count of active runs returns to zero."""
+    async with running_node(edge, tmp_path) as client:
+        conn = await edge.next_connection()
+        router, registry = client.router, client.registries.current
+        assert router is not None and registry is not None
+        request = wire.TunnelRequest(
+            run_id="early",
+            provider_id="good",
+            operation="chat_completions",
+            stream=False,
+            body=msgspec.Raw(msgspec.json.encode(chat_body())),
+        )
+        await router.handle(request)
+        await router.handle(wire.Cancel(run_id="early"))  # no await between: not begun
+        log = await conn.wait_end("early")
+        await barrier(conn)
+        assert [(e.ok, e.error.code if e.error else None) for e in log.ends] == [
+            (False, "cancelled")
+        ]
+        assert log.text == "" and good.requests == []
+        assert registry.active == 0 and router.runs == {}
 
 
 async def test_cancel_reaches_the_upstream(edge, good, tmp_path):

@@ -33,6 +33,7 @@ from secretref.envnames import refused_name
 
 _NonEmpty = Annotated[str, Field(strict=True, min_length=1)]
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+MAX_CACHED_URLS = 1024  # verdicts a Gate keeps (each run dials a URL of its payload)
 EXACT = "$"  # a last argv element "$" makes a commands entry the exact argv, not a prefix
 
 
@@ -196,11 +197,19 @@ class Gate:
 
     def __init__(self, policy: NodePolicy | None = None) -> None:
         self.policy = policy
+        # A verdict per URL: the policy never changes, the URLs are the payloads' (bounded).
+        self._urls: dict[str, str | None] = {}
 
     def check(self, provider: ProviderPayload, use: Use) -> str | None:
         """Why this Node may not do ``use`` for ``provider``, or None when it may."""
         if use.url:
-            return self._url(use.url)
+            try:
+                return self._urls[use.url]
+            except KeyError:
+                if len(self._urls) >= MAX_CACHED_URLS:
+                    self._urls.clear()
+                verdict = self._urls[use.url] = self._url(use.url)
+                return verdict
         if not use.argv:
             return f"{use.what} is empty"
         for name in use.env:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,10 +35,26 @@ MAX_PENDING_BODIES = 64  # runs whose body is still arriving in parts, per conne
 
 @dataclass(eq=False)
 class _Run:
+    """One run: its task runs the adapter, then sends the output and the run_end."""
+
     run_id: str
-    end_code: str = "cancelled"
+    end_code: str = "cancelled"  # what a cancel of the task ends the run with
     task: asyncio.Task[None] | None = None
-    adapter_task: asyncio.Task[wire.Usage | None] | None = field(default=None, repr=False)
+    started: bool = False  # its task began: a cancel now reaches the adapter
+    stop: bool = False  # cancelled before its task began (its first step sees this)
+    adapter_done: bool = False  # the upstream is done: only output and run_end are left
+    gone: bool = False  # the connection is lost: the run ends without a run_end
+
+    def cancel(self) -> bool:
+        """Cancel the run's task; one not yet begun is stopped at its first step instead
+        (a task cancelled before it begins never runs its handlers: no run_end)."""
+        if self.task is None or self.task.done():
+            return False
+        if self.started:
+            return self.task.cancel()
+        self.stop = True
+        return True
+
     out: RunOutput | None = field(default=None, repr=False)
     span: Any = field(default=None, repr=False)  # R-OBS-2: the run span, while tracing
 
@@ -184,12 +201,16 @@ class Router:
         run = _Run(run_id, out=out, span=span)
         self.runs[run_id] = run
         # The run stays on the registry it started with, even after a swap (R-NODE-5);
-        # counted from now until the adapter task is done, however it ends.
+        # counted from now until its adapter is done, however it ends.
         registry.begin_run()
-        work = adapter.run(spec, out.emit)
-        run.adapter_task = asyncio.create_task(work, name=f"adapter-{run_id}", context=ctx.copy())
-        run.adapter_task.add_done_callback(lambda _: registry.end_run())
-        run.task = asyncio.create_task(self._supervise(run, out), name=f"run-{run_id}", context=ctx)
+        try:
+            work = adapter.run(spec, out.emit)
+            run.task = asyncio.create_task(
+                self._supervise(run, out, work, registry.end_run), name=f"run-{run_id}", context=ctx
+            )
+        except BaseException:
+            registry.end_run()
+            raise
 
     async def _refuse(
         self,
@@ -205,23 +226,38 @@ class Router:
         RunTracer.end(span, wire.RunEnd(run_id=run_id, ok=False, error=error))
         await self._end(run_id, error)
 
-    async def _supervise(self, run: _Run, out: RunOutput) -> None:
-        assert run.adapter_task is not None
+    async def _supervise(
+        self,
+        run: _Run,
+        out: RunOutput,
+        work: Coroutine[Any, Any, wire.Usage | None],
+        ended: Callable[[], None],
+    ) -> None:
         end: wire.RunEnd
         try:
-            usage = await run.adapter_task
+            try:
+                if run.stop:
+                    work.close()
+                    raise asyncio.CancelledError
+                run.started = True
+                usage = await work
+            finally:
+                run.adapter_done = True
+                ended()
             end = wire.RunEnd(run_id=run.run_id, ok=True, usage=usage, data=await out.last())
         except AdapterError as exc:
             _log_failure(run.run_id, exc)
             await out.drain()
             end = wire.RunEnd(run_id=run.run_id, ok=False, error=_phased(exc.to_wire(), out))
         except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
+            if run.gone:
                 self.runs.pop(run.run_id, None)
                 gone = wire.RunError(code="node_gone", message="the connection to the Edge ended")
                 RunTracer.end(run.span, wire.RunEnd(run_id=run.run_id, ok=False, error=gone))
                 raise  # the connection is gone: nothing to tell the Edge
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()  # the run's own cancel, taken: its run_end still goes out
             await out.drain(discard=True)
             error = wire.RunError(
                 code=run.end_code,
@@ -245,12 +281,14 @@ class Router:
         """End a run with ``code``: its adapter task is cancelled (upstream closed,
         subprocess killed) and it reports run_end. False if it is not running."""
         run = self.runs.get(run_id)
-        if run is None or run.adapter_task is None:
+        if run is None or run.task is None or run.task.done():
+            return False
+        if run.adapter_done:
+            if run.out is not None:
+                run.out.discard()  # the upstream is done; its output waits for credit: drop it
             return False
         run.end_code = code
-        if run.adapter_task.done() and run.out is not None:
-            run.out.discard()  # the upstream is done; its output waits for credit: drop it
-        return run.adapter_task.cancel()
+        return run.cancel()
 
     async def _refresh(self, payload: wire.NodePayload) -> None:
         # R-NODE-5: new runs use the new registry; the old one closes after its runs drain.
@@ -284,9 +322,12 @@ class Router:
         """The connection is gone: cancel every run without reporting (the Edge failed them)."""
         self.accepting = False
         await self.prober.aclose()
-        tasks = [t for r in self.runs.values() for t in (r.adapter_task, r.task) if t]
-        for task in tasks:
-            task.cancel()
+        tasks = []
+        for run in self.runs.values():
+            if run.task is not None:
+                run.gone = True
+                run.cancel()
+                tasks.append(run.task)
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         self.runs.clear()

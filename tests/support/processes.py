@@ -34,15 +34,22 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 @functools.cache
-def migrated_template() -> Path:
-    """A migrated SQLite database, built once per session and copied by each Stack."""
+def migrated_template(root: Path = ROOT) -> Path:
+    """A migrated SQLite database, built once per session (per checkout ``root``: a bench
+    baseline has its own migrations) and copied by each Stack."""
     directory = Path(tempfile.mkdtemp(prefix="iop-db-template-"))
     atexit.register(shutil.rmtree, directory, True)
     path = directory / "template.sqlite3"
-    env = child_env({"DATABASE_URL": f"sqlite:///{path}", "IOP_VAR_DIR": str(directory / "var")})
+    env = child_env(
+        {
+            "DATABASE_URL": f"sqlite:///{path}",
+            "IOP_VAR_DIR": str(directory / "var"),
+            "PYTHONPATH": str(root),
+        }
+    )
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
-        cwd=ROOT,
+        cwd=root,
         env=env,
         check=True,
         capture_output=True,

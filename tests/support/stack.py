@@ -91,8 +91,11 @@ class Stack:
         admin_token: str | None = None,
         token_policy: dict[str, Any] | None = None,
         tokens: list[dict[str, Any]] | None = None,
+        root: Path = ROOT,
     ) -> None:
         self.dir = Path(directory)
+        # The checkout whose Edge and Nodes run (another one: a bench baseline, scripts/bench.py)
+        self.root = root
         self.dir.mkdir(parents=True, exist_ok=True)
         self._upstream_kinds = upstreams if upstreams is not None else {"main": "openai"}
         self._nodes_spec = nodes or [{"id": "node-1", "providers": providers or DEFAULT_PROVIDERS}]
@@ -226,6 +229,7 @@ class Stack:
         """The Edge's environment: its own database and var dir, plus the stack's ``env``."""
         return child_env(
             {
+                "PYTHONPATH": str(self.root),
                 "DATABASE_URL": f"sqlite:///{self.dir / 'edge.sqlite3'}",
                 "IOP_VAR_DIR": str(self.dir / "var"),
                 "LOG_LEVEL": self._log_level,
@@ -239,7 +243,7 @@ class Stack:
         A failing command raises with its stderr."""
         done = subprocess.run(
             [sys.executable, "manage.py", *args],
-            cwd=ROOT,
+            cwd=self.root,
             env=self._edge_env(),
             input=stdin,
             capture_output=True,
@@ -262,7 +266,7 @@ class Stack:
                 "--email",
                 f"{username}@localhost",
             ],
-            cwd=ROOT,
+            cwd=self.root,
             env=self._edge_env({"DJANGO_SUPERUSER_PASSWORD": password}),
             check=True,
             capture_output=True,
@@ -270,13 +274,14 @@ class Stack:
         )
 
     def _start_edge(self) -> None:
-        shutil.copyfile(migrated_template(), self.dir / "edge.sqlite3")
+        shutil.copyfile(migrated_template(self.root), self.dir / "edge.sqlite3")
         env = self._edge_env()
         self.edge = Proc(
             "edge",
             [sys.executable, "manage.py", "runedge", "--config", str(self.config_path)],
             env,
             self.dir / "edge.log",
+            cwd=self.root,
         )
         self.edge.start()
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -298,7 +303,8 @@ class Stack:
         path = self.dir / f"{node_id}.yaml"
         doc = {"node_id": node_id, "edge_url": self.node_url, "token": {"env": "IOP_NODE_TOKEN"}}
         path.write_text(yaml.safe_dump({**doc, **extra}))
-        env = child_env({"IOP_NODE_TOKEN": self._node_tokens[node_id], **self._env})
+        token = self._node_tokens[node_id]
+        env = child_env({"PYTHONPATH": str(self.root), "IOP_NODE_TOKEN": token, **self._env})
         argv = [
             sys.executable,
             "-m",
@@ -310,7 +316,7 @@ class Stack:
             "--shutdown-grace",
             "1",
         ]
-        return Proc(node_id, argv, env, self.dir / f"{node_id}.log")
+        return Proc(node_id, argv, env, self.dir / f"{node_id}.log", cwd=self.root)
 
     def kill_node(self, index: int = 0) -> None:
         """SIGKILL a Node (a crash: no goodbye on the wire)."""

@@ -300,6 +300,9 @@ class Upstream:
                     status=self.status or None,
                 )
             parts.append(chunk)
+            if self._resp is not None and self._resp.content.at_eof():
+                self._eof = True  # the whole body is in: no read waits for its end
+                break
         return b"".join(parts)
 
     async def _fail_with_status(self, resp: aiohttp.ClientResponse) -> None:
