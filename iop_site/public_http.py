@@ -14,6 +14,8 @@ on daphne's listeners, ``GuardedProtocol`` does here, before the app runs:
 - Request line and headers together at most ``MAX_HEADER_BYTES``, at most ``MAX_HEADERS``
   fields (Twisted's own limits on the daphne listeners): else 431 and close.
 - R-IN-5: the client socket's write side is the app's ``WriteFlow`` (``iop.write_flow``).
+- The app learns that its client is gone from a callback (``iop.client_gone``), without a
+  task reading ``receive`` per request.
 
 The hook points are uvicorn's ``HttpToolsProtocol`` parser callbacks; uvicorn is pinned and
 ``tests/test_public_http.py`` fails if one moves.
@@ -26,6 +28,7 @@ import contextlib
 import logging
 import socket
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import formatdate
 from typing import Any
@@ -39,7 +42,7 @@ from uvicorn.server import ServerState
 from edgekit.http import LINGER_S, closing_answer, header
 from obskit.context import request_id_from
 from pool.http.errors import HttpError, error_json, request_too_large
-from pool.http.relay import WRITE_FLOW
+from pool.http.relay import CLIENT_GONE, WRITE_FLOW
 
 log = logging.getLogger("iop.edge")
 
@@ -84,6 +87,29 @@ class FlowWatch:
         return True
 
 
+class _GoneWatch:
+    """One request's ``when_gone`` (``CLIENT_GONE``): its app's callback, called once when the
+    connection is lost. Per request: a pipelined request's app may still run beside the next."""
+
+    __slots__ = ("_callback", "_watches")
+
+    def __init__(self, watches: set[_GoneWatch]) -> None:
+        self._watches = watches
+        self._callback: Callable[[], None] | None = None
+
+    def __call__(self, callback: Callable[[], None] | None) -> None:
+        self._callback = callback
+        if callback is None:
+            self._watches.discard(self)
+        else:
+            self._watches.add(self)
+
+    def fire(self) -> None:
+        callback, self._callback = self._callback, None
+        if callback is not None:
+            callback()
+
+
 class GuardedProtocol(HttpToolsProtocol):  # type: ignore[misc]
     """uvicorn's HTTP/1.1 protocol with a header deadline, header and body limits and the
     write flow; a refused request never reaches the app."""
@@ -98,6 +124,7 @@ class GuardedProtocol(HttpToolsProtocol):  # type: ignore[misc]
         self._body_bytes = 0
         self._body_timer: asyncio.TimerHandle | None = None
         self._body_seen = 0.0
+        self._watches: set[_GoneWatch] = set()  # requests whose app waits to hear of a loss
 
     # --- connection ----------------------------------------------------------------------
 
@@ -134,6 +161,12 @@ class GuardedProtocol(HttpToolsProtocol):  # type: ignore[misc]
         self._disarm()
         self._end_body_timer()
         super().connection_lost(exc)
+        self._client_gone()
+
+    def _client_gone(self) -> None:
+        watches, self._watches = self._watches, set()
+        for watch in watches:
+            watch.fire()
 
     # --- parser callbacks ----------------------------------------------------------------
 
@@ -170,7 +203,8 @@ class GuardedProtocol(HttpToolsProtocol):  # type: ignore[misc]
         if declared is not None and declared > self.guard.max_body_bytes:
             self._refuse_body()  # R-IN-1: from the declared length, before any body byte
             return
-        self.scope["extensions"] = {WRITE_FLOW: FlowWatch(self.flow)}
+        gone = _GoneWatch(self._watches)
+        self.scope["extensions"] = {WRITE_FLOW: FlowWatch(self.flow), CLIENT_GONE: gone}
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
@@ -224,6 +258,7 @@ class GuardedProtocol(HttpToolsProtocol):  # type: ignore[misc]
         if self.cycle is not None and not self.cycle.response_complete:
             self.cycle.disconnected = True
             self.cycle.message_event.set()
+            self._client_gone()
         body = error_json(err, (self.url or b"").startswith(b"/v1/messages"))
         given = header(self.headers or [], b"x-request-id")
         self.transport.write(closing_answer(status, body, request_id_from(given)))

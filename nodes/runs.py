@@ -54,8 +54,8 @@ class RunChannel:
     so the queue is bounded.
     """
 
-    __slots__ = ("_grant", "_queue", "_taken", "_unreturned", "end", "held", "node_id",
-                 "outstanding", "request_id", "run_id", "window")  # fmt: skip
+    __slots__ = ("_grant", "_items", "_taken", "_unreturned", "_waiter", "end", "held",
+                 "node_id", "outstanding", "request_id", "run_id", "window")  # fmt: skip
 
     def __init__(
         self,
@@ -70,7 +70,9 @@ class RunChannel:
         self.node_id = node_id
         self.request_id = request_id  # R-OBS-1: lines logged outside the request's task
         self.end: wire.RunEnd | None = None
-        self._queue: asyncio.Queue[str | wire.RunEnd] = asyncio.Queue()
+        # What is received and not yet read; one reader (its request) waits on ``_waiter``.
+        self._items: deque[str | wire.RunEnd] = deque()
+        self._waiter: asyncio.Future[None] | None = None
         self.window = window
         self._grant = grant
         self.outstanding = 0  # characters received and not yet released
@@ -88,8 +90,14 @@ class RunChannel:
             if self.window and self.outstanding + len(data) > self.window:
                 return False
             self.outstanding += len(data)
-            self._queue.put_nowait(data)
+            self._put(data)
         return True
+
+    def _put(self, item: str | wire.RunEnd) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def hold(self) -> None:
         """What was taken is written but its client has not read it yet."""
@@ -117,7 +125,7 @@ class RunChannel:
         if self.end is not None:
             return False
         self.end = end
-        self._queue.put_nowait(end)
+        self._put(end)
         return True
 
     def fail(self, code: str, message: str) -> bool:
@@ -128,13 +136,18 @@ class RunChannel:
         )
 
     async def get(self) -> str | wire.RunEnd:
-        return self._took(await self._queue.get())
+        while not self._items:
+            if self._waiter is not None:
+                raise RuntimeError(f"run {self.run_id} already has a reader")
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._took(self._items.popleft())
 
     def get_nowait(self) -> str | wire.RunEnd | None:
-        try:
-            return self._took(self._queue.get_nowait())
-        except asyncio.QueueEmpty:
-            return None
+        return self._took(self._items.popleft()) if self._items else None
 
     def _took(self, item: str | wire.RunEnd) -> str | wire.RunEnd:
         if isinstance(item, str):

@@ -15,7 +15,7 @@ from uvicorn.config import Config
 from uvicorn.server import ServerState
 
 from iop_site.public_http import MAX_HEADERS, FlowWatch, Guard, GuardedProtocol
-from pool.http.relay import WRITE_FLOW
+from pool.http.relay import CLIENT_GONE, WRITE_FLOW
 
 LIMIT = 1024
 
@@ -340,3 +340,75 @@ async def test_an_idle_keep_alive_connection_is_closed_after_the_keep_alive_boun
         writer.close()
     finally:
         await server.aclose(grace_s=1.0)
+
+
+class Watching:
+    """An app that registers ``when_gone`` (CLIENT_GONE) and waits; records each loss."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.gone: list[str] = []
+        self.release = asyncio.Event()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        when_gone = scope["extensions"][CLIENT_GONE]
+        path = scope["path"]
+        when_gone(lambda: self.gone.append(path))
+        self.started.set()
+        await self.release.wait()
+        when_gone(None)
+
+
+async def test_the_app_hears_of_a_lost_client_from_the_callback_once() -> None:
+    app = Watching()
+    protocol, _ = _protocol(app)  # type: ignore[arg-type]
+    protocol.data_received(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+    async with asyncio.timeout(5):
+        await app.started.wait()
+    assert app.gone == []
+    protocol.connection_lost(None)
+    protocol.connection_lost(None)  # a second report calls nothing twice
+    assert app.gone == ["/v1/models"]
+    app.release.set()
+
+
+async def test_an_app_that_forgot_its_callback_hears_nothing() -> None:
+    app = Watching()
+    protocol, _ = _protocol(app)  # type: ignore[arg-type]
+    protocol.data_received(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+    async with asyncio.timeout(5):
+        await app.started.wait()
+    app.release.set()
+    for _ in range(5):
+        await asyncio.sleep(0)  # the app ends and calls when_gone(None)
+    protocol.connection_lost(None)
+    assert app.gone == []
+
+
+async def test_a_body_past_the_limit_while_the_app_runs_tells_the_app_its_client_is_gone(
+) -> None:  # fmt: skip
+    app = Watching()
+    protocol, _ = _protocol(app)  # type: ignore[arg-type]
+    protocol.data_received(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    async with asyncio.timeout(5):
+        await app.started.wait()
+    protocol.data_received(b"800\r\n" + b"x" * 0x800 + b"\r\n")  # over LIMIT: refused
+    assert app.gone == ["/v1/chat/completions"]
+    app.release.set()
+
+
+async def test_a_pipelined_requests_headers_keep_the_running_requests_watch() -> None:
+    """A pipelined request's headers arrive while the first request's app still runs: the
+    first one's registration is its own, and it hears when the connection is lost."""
+    app = Watching()
+    protocol, _ = _protocol(app)  # type: ignore[arg-type]
+    protocol.data_received(
+        b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/other HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    async with asyncio.timeout(5):
+        await app.started.wait()
+    protocol.connection_lost(None)
+    assert app.gone == ["/v1/models"]  # the second has not started: nothing registered yet
+    app.release.set()

@@ -5,6 +5,7 @@ window loses that run."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -99,3 +100,23 @@ async def test_r_in_5_a_node_that_sends_past_its_window_loses_the_run(
     runtime.pool.release(lease)
     assert runtime.hub.relay_buffered() == (0, 0, 0)
     await runtime.hub.aclose()
+
+
+async def test_a_run_channel_wakes_its_reader_and_refuses_a_second_one() -> None:
+    """The channel's one reader waits for output; the end wakes it too; a second reader at
+    the same time is a bug, refused loudly rather than left waiting forever."""
+    channel = RunChannel("r9", "n1")
+    reader = asyncio.create_task(channel.get())
+    await asyncio.sleep(0)
+    with pytest.raises(RuntimeError, match="already has a reader"):
+        await channel.get()
+    channel.feed("a")
+    assert await asyncio.wait_for(reader, 5) == "a"
+    waiting = asyncio.create_task(channel.get())
+    await asyncio.sleep(0)
+    waiting.cancel()  # a reader that gives up (a silence timeout) leaves the channel usable
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiting
+    channel.finish(wire.RunEnd(run_id="r9", ok=True))
+    end = await asyncio.wait_for(channel.get(), 5)
+    assert isinstance(end, wire.RunEnd) and end.ok and channel.get_nowait() is None

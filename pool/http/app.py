@@ -28,7 +28,7 @@ from pool.http.managed import Grant, RouteCredentials
 from pool.http.metrics import metrics_response, scrape_allowed
 from pool.http.operations import ENDPOINTS, Endpoint, ParsedRequest, Target, parse_request
 from pool.http.plane import DataPlane
-from pool.http.relay import WRITE_FLOW, DisconnectWatch, Exchange
+from pool.http.relay import CLIENT_GONE, WRITE_FLOW, DisconnectWatch, Exchange
 from pool.http.spent import tokens_of
 from pool.http.tables import Tables
 from pool.metering import RequestRecord
@@ -188,7 +188,7 @@ class OpenAIApp:
                 credentials=credentials,
             )
 
-        watch = DisconnectWatch(receive, ex)
+        watch = DisconnectWatch(receive, ex, scope.get("extensions", {}).get(CLIENT_GONE))
         try:
             await serve(tables, request, groups, ex, meta.served, run)
         except asyncio.CancelledError:

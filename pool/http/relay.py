@@ -30,6 +30,10 @@ JSON_HEADERS = [(b"content-type", b"application/json")]
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 CLIENT_CLOSED = 499  # metered status of a request whose client went away
 WRITE_FLOW = "iop.write_flow"  # scope["extensions"] key: the client socket's WriteFlow
+# scope["extensions"] key: ``when_gone(callback)`` calls ``callback`` once when the client's
+# connection is lost (``when_gone(None)`` forgets it); the public listener's (public_http)
+CLIENT_GONE = "iop.client_gone"
+WhenGone = Callable[[Callable[[], None] | None], None]
 
 
 class WriteFlow(Protocol):
@@ -295,11 +299,14 @@ class DisconnectWatch:
     ignored. After the stream's terminal event the run is read on for its usage (R-BUD-2),
     for at most ``TERMINAL_GRACE_S``. ``absorb`` tells whether a CancelledError was ours; any
     other cancellation (daphne's kill, shutdown) must propagate.
+
+    With the listener's ``when_gone`` hook (``CLIENT_GONE``) the loss is a callback; else a
+    task reads ``receive`` for ``http.disconnect``.
     """
 
-    __slots__ = ("_armed", "_ex", "_grace", "_task", "_watcher", "disconnected")
+    __slots__ = ("_armed", "_ex", "_grace", "_task", "_watcher", "_when_gone", "disconnected")
 
-    def __init__(self, receive: Receive, ex: Exchange) -> None:
+    def __init__(self, receive: Receive, ex: Exchange, when_gone: WhenGone | None = None) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._task = task
@@ -307,18 +314,26 @@ class DisconnectWatch:
         self._armed = True
         self.disconnected = False
         self._grace: asyncio.TimerHandle | None = None
-        self._watcher = asyncio.get_running_loop().create_task(self._watch(receive))
+        self._when_gone = when_gone
+        self._watcher: asyncio.Task[None] | None = None
+        if when_gone is not None:
+            when_gone(self._gone)
+        else:
+            self._watcher = asyncio.get_running_loop().create_task(self._watch(receive))
 
     async def _watch(self, receive: Receive) -> None:
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                if self._ex.terminal:
-                    loop = asyncio.get_running_loop()
-                    self._grace = loop.call_later(TERMINAL_GRACE_S, self._cancel)
-                else:
-                    self._cancel()
+                self._gone()
                 return
+
+    def _gone(self) -> None:
+        if self._ex.terminal:
+            loop = asyncio.get_running_loop()
+            self._grace = loop.call_later(TERMINAL_GRACE_S, self._cancel)
+        else:
+            self._cancel()
 
     def _cancel(self) -> None:
         if self._armed and not self._ex.done:
@@ -331,7 +346,10 @@ class DisconnectWatch:
 
     def stop(self) -> None:
         self._armed = False
-        self._watcher.cancel()
+        if self._when_gone is not None:
+            self._when_gone(None)
+        if self._watcher is not None:
+            self._watcher.cancel()
         if self._grace is not None:
             self._grace.cancel()
 
