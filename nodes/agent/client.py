@@ -34,6 +34,7 @@ from nodes.agent.registry import Registries
 from nodes.agent.router import Router
 from nodes.agent.secrets import SecretError, resolve_secret
 from nodes.agent.tracing import RunTracer
+from nodes.agent.watchdog import Watchdog
 
 if TYPE_CHECKING:
     from obskit.otel import Tracing
@@ -297,24 +298,32 @@ class NodeClient:
             self.router = None
 
     async def _read(self, ws: ClientConnection, router: Router, timeout_s: float) -> None:
-        while True:
-            try:
-                async with asyncio.timeout(timeout_s):
+        dog = Watchdog()
+        try:
+            while True:
+                dog.within(timeout_s)
+                try:
                     frame = await ws.recv()
-            except TimeoutError:
-                log.warning("nothing from the Edge for %gs: reconnecting", timeout_s)
-                await ws.close(wire.CLOSE_HEARTBEAT_TIMEOUT, "heartbeat timeout")
-                return
-            except ConnectionClosed as exc:
-                _log_close(exc)
-                return
-            try:
-                message = wire.decode_from_edge(frame)
-            except wire.WireError as exc:
-                log.error("invalid message from the Edge: %s", exc)
-                await ws.close(wire.CLOSE_PROTOCOL_ERROR, "invalid message")
-                return
-            await router.handle(message)
+                except asyncio.CancelledError:
+                    if not dog.took():
+                        raise
+                    log.warning("nothing from the Edge for %gs: reconnecting", timeout_s)
+                    await ws.close(wire.CLOSE_HEARTBEAT_TIMEOUT, "heartbeat timeout")
+                    return
+                except ConnectionClosed as exc:
+                    _log_close(exc)
+                    return
+                finally:
+                    dog.clear()
+                try:
+                    message = wire.decode_from_edge(frame)
+                except wire.WireError as exc:
+                    log.error("invalid message from the Edge: %s", exc)
+                    await ws.close(wire.CLOSE_PROTOCOL_ERROR, "invalid message")
+                    return
+                await router.handle(message)
+        finally:
+            dog.close()
 
     async def _ping(self, send: SendMessage, interval_s: float) -> None:
         while True:

@@ -22,6 +22,7 @@ from nodes.agent.limits import DEFAULT_LIMITS, Limits
 from nodes.agent.policy import Gate, Use
 from nodes.agent.secrets import redact, resolve_secret
 from nodes.agent.tracing import UpstreamCall, upstream_call
+from nodes.agent.watchdog import Watchdog
 from nodes.wire import (
     MAX_RETRY_AFTER_S,
     PHASE_AFTER_FIRST_BYTE,
@@ -190,6 +191,7 @@ class Upstream:
         self._headers, self._body, self._secrets = dict(headers), body, secrets
         self._first_byte_s, self._idle_s = first_byte_s, idle_s
         self._deadline = 0.0
+        self._dog: Watchdog | None = None  # the first-byte and idle deadlines of its reads
         self._call: UpstreamCall | None = None  # R-OBS-1, R-OBS-2: a run's call is observed
         self._resp: aiohttp.ClientResponse | None = None
         self._eof = False
@@ -209,27 +211,33 @@ class Upstream:
         try:
             return await self._open(call)
         except BaseException as exc:
+            if self._dog is not None:
+                self._dog.close()
             if call is not None:
                 call.done(self.status, getattr(exc, "code", type(exc).__name__))
             raise
 
     async def _open(self, call: UpstreamCall | None) -> Upstream:
-        loop = asyncio.get_running_loop()
-        self._deadline = loop.time() + self._first_byte_s
+        self._dog = dog = Watchdog()
+        self._deadline = asyncio.get_running_loop().time() + self._first_byte_s
         headers = self._headers if call is None else {**self._headers, **call.headers}
+        dog.until(self._deadline)
         try:
-            async with asyncio.timeout_at(self._deadline):
-                self._resp = await self._http.session().request(
-                    self._method,
-                    self._url,
-                    headers=headers,
-                    data=self._body,
-                    allow_redirects=False,  # R-TLS-4: a 3xx is an upstream_error
-                )
-        except TimeoutError:
-            raise self._timeout() from None
+            self._resp = await self._http.session().request(
+                self._method,
+                self._url,
+                headers=headers,
+                data=self._body,
+                allow_redirects=False,  # R-TLS-4: a 3xx is an upstream_error
+            )
+        except asyncio.CancelledError:
+            if dog.took():
+                raise self._timeout() from None
+            raise
         except aiohttp.ClientError as exc:
             raise self._client_error(exc) from None
+        finally:
+            dog.clear()
         if 300 <= self._resp.status < 400:
             self._resp.close()
             raise AdapterError(
@@ -252,6 +260,8 @@ class Upstream:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._dog is not None:
+            self._dog.close()
         if self._call is not None:
             code = None if exc is None else getattr(exc, "code", type(exc).__name__)
             self._call.done(self.status, code)
@@ -268,18 +278,22 @@ class Upstream:
 
     async def read(self) -> bytes:
         """The next body chunk as it arrives; b"" at the end."""
-        assert self._resp is not None
+        assert self._resp is not None and self._dog is not None
+        dog = self._dog
+        if self.started:
+            dog.within(self._idle_s)
+        else:
+            dog.until(self._deadline)
         try:
-            if self.started:
-                async with asyncio.timeout(self._idle_s):
-                    chunk = await self._resp.content.readany()
-            else:
-                async with asyncio.timeout_at(self._deadline):
-                    chunk = await self._resp.content.readany()
-        except TimeoutError:
-            raise self._timeout() from None
+            chunk = await self._resp.content.readany()
+        except asyncio.CancelledError:
+            if dog.took():
+                raise self._timeout() from None
+            raise
         except aiohttp.ClientError as exc:
             raise self._client_error(exc) from None
+        finally:
+            dog.clear()
         if chunk:
             self.started = True
         else:
