@@ -5,7 +5,7 @@ named by ``{P}:node:{node_id}`` fields ``edge`` and ``fence``) travels as messag
 streams per Edge process: ``{P}:edge:{id}:{fence}:runs`` (orders, body parts, credit and
 cancels, read by the owner) and ``{P}:edge:{id}:{fence}:replies`` (output and the end, read by
 the requester). One reader task per process blocks on both. The requester reads an ordinary
-``RunChannel``; the owner runs the order on its local session through ``LocalRuns`` without
+``RunChannel``; the owner runs the order on its local session (``nodes.remote_owner``) without
 touching its pool (the lease stays the requester's). Flow is bounded end to end: the owner
 relays at most ``window`` characters (``REMOTE_WINDOW_CHARS`` when the run has none) not yet
 credited back by the requester, and asks the Node for no more than that (R-IN-5).
@@ -21,19 +21,18 @@ here.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from nodes import wire
-from nodes.envelope import SealRefused, SlotGrant
+from nodes.remote_owner import Issuer, LocalRuns, ServedRuns
 from nodes.remote_wire import (
     Cancel,
     Credit,
@@ -42,24 +41,19 @@ from nodes.remote_wire import (
     Open,
     Output,
     Part,
-    Taken,
     decode,
     encode,
 )
 from nodes.runs import NodeUnavailable, RunChannel, RunOrder
 from nodes.tokens import sane_usage
-from obskit.context import MAX_REQUEST_ID_CHARS, REQUEST_ID, RUN_ID
 
 log = logging.getLogger("iop.nodes.remote")
 
 REMOTE_WINDOW_CHARS = 1024 * 1024  # unacknowledged output in flight when a run has no window
-MAX_RELAY_CHARS = 256 * 1024  # one output message carries at most this much
 STREAM_MAXLEN = 100_000  # entries kept per stream (approximate trim): a bound, never reached
 STREAM_TTL_S = 120.0  # a dead Edge's streams vanish this long after the last message
 READ_BLOCK_MS = 1000
-MAX_SERVED_RUNS = 10_000  # runs (or bodies still arriving) served here for other Edges
 READ_COUNT = 200
-MAX_BODY_PARTS = wire.MAX_BODY_CHARS // wire.MAX_EVENT_DATA_CHARS  # R-IN-2's bound, in parts
 NO_FENCE = "1"  # the fence of a router given none (no pool engine: the tests' own alive keys)
 
 
@@ -70,20 +64,6 @@ class RelayUnavailable(NodeUnavailable):
     public_message = "the shared pool's store cannot be reached"
 
 
-# Managed mode (R-SCALE-7): (grant, provider id) -> the run's sealer on this (owner) Edge.
-Issuer = Callable[[SlotGrant, str], Callable[[str, str, int], dict[str, Any]]]
-
-
-class LocalRuns(Protocol):
-    """The owner Edge's own sessions (``NodeHub``)."""
-
-    async def open_local(
-        self, run_id: str, node_id: str, provider_id: str, spec: RunOrder, window: int
-    ) -> RunChannel: ...
-
-    def close_run(self, channel: RunChannel) -> None: ...
-
-
 @dataclass(eq=False)
 class _Requested:
     channel: RunChannel
@@ -91,28 +71,6 @@ class _Requested:
     owner_fence: str
     sent_at: float  # monotonic: an order nobody took within ``ttl_s`` fails (retryable)
     taken: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Served:
-    """A run served here for another Edge process: (requester id, its fence, run id)."""
-
-    edge: str
-    fence: str
-    run_id: str
-
-    @property
-    def requester(self) -> tuple[str, str]:
-        return (self.edge, self.fence)
-
-
-@dataclass(eq=False)
-class _Served:
-    parts: list[str] = field(default_factory=list)
-    in_flight: int = 0  # characters sent to the requester and not yet credited
-    credited: asyncio.Event = field(default_factory=asyncio.Event)
-    waiting: bool = False  # output held back until the requester credits more
-    task: asyncio.Task[None] | None = None
 
 
 class RunRouter:
@@ -152,15 +110,25 @@ class RunRouter:
         self._stopping = False
         self._fence_of = fence  # read at start: the pool engine claims the id first
         self.fence = NO_FENCE
-        self._local = local
         self._requested: dict[str, _Requested] = {}
-        self._served: dict[Served, _Served] = {}
+        self._owner = ServedRuns(local, self._send, self._spawn, self._alive)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loops: list[asyncio.Task[None]] = []
         self._last_ok = time.monotonic()
         self._owner_of = self._redis.register_script(_OWNER_OF)
-        # Managed mode: issues envelopes for runs routed to this Edge's Nodes (R-SCALE-7).
-        self.issuer: Issuer | None = None
+
+    @property
+    def issuer(self) -> Issuer | None:
+        """Managed mode: issues envelopes for runs routed to this Edge's Nodes (R-SCALE-7)."""
+        return self._owner.issuer
+
+    @issuer.setter
+    def issuer(self, issuer: Issuer | None) -> None:
+        self._owner.issuer = issuer
+
+    def held_back(self) -> int:
+        """Runs served here whose output waits for their requester's credit (R-IN-5)."""
+        return self._owner.held_back()
 
     def _key(self, edge_id: str, fence: str, kind: str) -> str:
         return f"{self.prefix}:edge:{edge_id}:{fence}:{kind}"
@@ -280,133 +248,6 @@ class RunRouter:
             usage = sane_usage(message.usage, f"Edge {requested.owner}")  # R-IN-6
             channel.finish(wire.RunEnd(message.run_id, message.ok, message.error, usage))
 
-    # --- owner side --------------------------------------------------------------------------
-
-    def _on_order(self, message: Msg) -> None:
-        if not isinstance(message, Open | Part | Credit | Cancel):
-            return
-        key = Served(message.reply_to, message.fence, message.run_id)
-        served = self._served.get(key)
-        if isinstance(message, Part):
-            if served is None:
-                if len(self._served) >= MAX_SERVED_RUNS:
-                    return
-                served = self._served[key] = _Served()
-            if len(served.parts) < MAX_BODY_PARTS:  # more cannot be a whole body: refused below
-                served.parts.append(message.data)
-        elif isinstance(message, Open):
-            if served is None:
-                served = self._served[key] = _Served()
-            elif served.task is not None:
-                return  # a duplicate
-            served.task = self._spawn(self._serve(key, served, message))
-            self._spawn(self._send(key.requester, "replies", Taken(message.run_id)))
-        elif served is not None and isinstance(message, Credit):
-            served.in_flight -= message.chars
-            served.credited.set()
-        elif served is not None and isinstance(message, Cancel):
-            self._stop(key, served)
-
-    def _stop(self, key: Served, served: _Served) -> None:
-        self._served.pop(key, None)
-        if served.task is not None:
-            served.task.cancel()
-
-    async def _serve(self, key: Served, served: _Served, order: Open) -> None:
-        requester, run_id = key.requester, key.run_id
-        # R-OBS-1: this task's log lines name the request (its own task: nothing leaks)
-        REQUEST_ID.set(order.request_id[:MAX_REQUEST_ID_CHARS])
-        RUN_ID.set(run_id[:64])
-        whole = len(served.parts) == order.body_parts
-        body = "".join(served.parts) if order.body_parts else order.body
-        served.parts = []
-        channel: RunChannel | None = None
-        try:
-            if not whole:
-                raise NodeUnavailable("the run's body did not arrive whole")
-            if not await self._alive(key.requester):
-                raise NodeUnavailable("the requesting Edge process is not alive (R-SCALE-4)")
-            spec = RunOrder(
-                tunnel=order.tunnel,
-                operation=order.operation,
-                stream=order.stream,
-                body=body.encode(),
-                forward_headers=tuple(order.forward_headers.items()),
-                request_id=order.request_id,
-                traceparent=order.traceparent,
-                seal=self._sealer(order),
-            )
-            channel = await self._local.open_local(
-                run_id, order.node_id, order.provider_id, spec, order.window
-            )
-            await self._relay(requester, served, order, channel)
-        except NodeUnavailable:
-            error = wire.RunError(
-                code="node_gone",
-                message="the node is not connected to the Edge that held it",
-                retryable=True,
-                phase=wire.PHASE_CONNECT,
-            )
-            await self._send(requester, "replies", End(run_id, False, error))
-        except SealRefused as exc:  # as a Node's refusal of the envelope (R-MGD-4)
-            refused = wire.RunError(code="credential_refused", message=str(exc),
-                                    phase=wire.PHASE_CONNECT)  # fmt: skip
-            await self._send(requester, "replies", End(run_id, False, refused))
-        except RedisError as exc:
-            log.warning("run %s for Edge %s not relayed: %s", run_id, requester[0], exc)
-            # Output was lost: the run ends here. Say so once more on a fresh connection (a
-            # stale one after a Redis restart fails once), else the requester would wait on a
-            # live owner for ever; if Redis is still away its own reader fails the run.
-            lost = wire.RunError(code="relay_unavailable", message="run routing lost output")
-            with contextlib.suppress(RedisError):
-                await self._send(requester, "replies", End(run_id, False, lost))
-        finally:
-            self._served.pop(key, None)
-            if channel is not None:
-                self._local.close_run(channel)  # a run still going is cancelled on its Node
-
-    def _sealer(self, order: Open) -> Callable[[str, str, int], dict[str, Any]] | None:
-        """A managed run's sealer on this Edge, which knows the Node's generation."""
-        if order.grant is None:
-            return None
-        if self.issuer is None:
-            raise SealRefused("the Edge holding the node is not in managed mode")
-        return self.issuer(order.grant, order.provider_id)
-
-    async def _relay(
-        self, requester: tuple[str, str], served: _Served, order: Open, channel: RunChannel
-    ) -> None:
-        """Forward the local run's output within the requester's credit: what is queued goes
-        in one message, split where the room ends (as a Node splits at its credit), so a
-        run never waits for credit that its own held output keeps from coming back."""
-        run_id, window = order.run_id, order.window
-        item: str | wire.RunEnd | None = await channel.get()
-        while isinstance(item, str):
-            while served.in_flight >= window:
-                served.credited.clear()
-                served.waiting = True
-                await served.credited.wait()
-                served.waiting = False
-            room = min(window - served.in_flight, MAX_RELAY_CHARS)
-            data: list[str] = []
-            size = 0
-            while isinstance(item, str) and size < room:
-                piece = item[: room - size]
-                data.append(piece)
-                size += len(piece)
-                item = item[len(piece) :] or channel.get_nowait()
-            served.in_flight += size
-            await self._send(requester, "replies", Output(run_id, "".join(data)))
-            channel.release(size)  # what left for the requester: the Node may send more
-            if item is None:
-                item = await channel.get()
-        assert item is not None  # the loop leaves only on the run's end
-        await self._send(requester, "replies", End(run_id, item.ok, item.error, item.usage))
-
-    def held_back(self) -> int:
-        """Runs served here whose output waits for their requester's credit (R-IN-5)."""
-        return sum(1 for served in self._served.values() if served.waiting)
-
     # --- Redis -------------------------------------------------------------------------------
 
     async def _send(self, to: tuple[str, str], kind: str, *messages: Msg) -> None:
@@ -444,7 +285,7 @@ class RunRouter:
                         log.warning("run routing: malformed message on %s ignored", name)
                         continue
                     if name == orders:
-                        self._on_order(message)
+                        self._owner.order(message)
                     else:
                         self._on_reply(message)
 
@@ -500,19 +341,16 @@ class RunRouter:
 
     def _peers(self) -> set[tuple[str, str]]:
         """The processes (id, fence) this one has routed runs with."""
-        return {(r.owner, r.owner_fence) for r in self._requested.values()} | {
-            key.requester for key in self._served
-        }
+        return {(r.owner, r.owner_fence) for r in self._requested.values()} | (
+            self._owner.requesters()
+        )
 
     def _drop(self, dead: set[tuple[str, str]], code: str, message: str) -> None:
         for run_id, requested in list(self._requested.items()):
             if (requested.owner, requested.owner_fence) in dead:
                 del self._requested[run_id]
                 requested.channel.fail(code, message)
-        for key, served in list(self._served.items()):
-            if key.requester in dead:
-                log.warning("run %s for Edge %s cancelled: %s", key.run_id, key.edge, message)
-                self._stop(key, served)
+        self._owner.drop(dead, message)
 
     def _fail_all(self, code: str, message: str) -> None:
         self._drop(self._peers(), code, message)

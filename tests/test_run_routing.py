@@ -415,7 +415,8 @@ async def test_output_the_owner_could_not_relay_ends_the_run_on_the_requester_r_
 ):
     """R-SCALE-2: one relay send fails (a connection gone stale in a Redis restart) while
     both Edges live on: the requester hears that the run ended instead of waiting for ever."""
-    send = edges.router_b._send
+    owner = edges.router_b._owner  # the owning Edge's side sends the output
+    send = owner._send
     failed: list[tuple[str, str]] = []
 
     async def flaky(to: tuple[str, str], kind: str, *messages: Any) -> None:
@@ -424,7 +425,7 @@ async def test_output_the_owner_could_not_relay_ends_the_run_on_the_requester_r_
             raise RedisConnectionError("Connection closed by server.")
         await send(to, kind, *messages)
 
-    monkeypatch.setattr(edges.router_b, "_send", flaky)
+    monkeypatch.setattr(owner, "_send", flaky)
     channel = await edges.a.open_run(LEASE, order(), window=0)
     request = await edges.run_request()
     await edges.from_node(wire.RunEvent(run_id=request.run_id, data="lost"))
