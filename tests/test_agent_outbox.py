@@ -106,7 +106,7 @@ async def test_a_held_answer_longer_than_the_credit_goes_as_events():
     assert [m.data for m in send.sent] == ["abcd", "ef"]
 
 
-async def test_held_output_over_the_event_limit_is_sent_at_once_in_events():
+async def test_held_output_over_the_event_limit_goes_as_events():
     send = GatedSend()
     send.gate.set()
     out = RunOutput("r7", send, hold=True)

@@ -36,7 +36,7 @@ def test_a_baseline_is_a_worktree_of_that_revision_made_once(tmp_path: Path) -> 
                        cwd=ROOT, capture_output=True)  # fmt: skip
 
 
-def test_a_stack_from_another_checkout_runs_that_checkouts_code(tmp_path: Path) -> None:
+def test_a_stack_from_another_checkout_starts_its_processes_there(tmp_path: Path) -> None:
     """The Edge and the Node start in ``root`` with it first on their path."""
     stack = Stack(tmp_path / "stack", upstreams={}, root=tmp_path)
     node = stack._node_proc("node-1", {})

@@ -304,7 +304,9 @@ async def test_a_run_end_whose_output_passes_the_window_fails_the_run(runtime, c
 
 
 @pytest.mark.parametrize(("protocol", "accepted"), [(1, True), (2, True), (3, False), (0, False)])
-async def test_a_node_of_the_previous_protocol_is_still_accepted(runtime, protocol, accepted):
+async def test_a_node_of_protocol_1_or_2_registers_and_any_other_is_refused(
+    runtime, protocol, accepted
+):
     """An Edge is upgraded before its Nodes: a protocol 1 Node (no output in run_end)
     registers; a protocol the Edge does not know is refused with the reason."""
     comm = communicator(runtime)

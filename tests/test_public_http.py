@@ -349,6 +349,7 @@ class Watching:
         self.started = asyncio.Event()
         self.gone: list[str] = []
         self.release = asyncio.Event()
+        self.ended = asyncio.Event()  # its callback forgotten, the app returned
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         when_gone = scope["extensions"][CLIENT_GONE]
@@ -357,14 +358,21 @@ class Watching:
         self.started.set()
         await self.release.wait()
         when_gone(None)
+        self.ended.set()
+
+
+async def _watched(request: bytes) -> tuple[Watching, GuardedProtocol]:
+    """A ``Watching`` app behind the protocol, running ``request`` (its first one)."""
+    app = Watching()
+    protocol, _ = _protocol(app)  # type: ignore[arg-type]
+    protocol.data_received(request)
+    async with asyncio.timeout(5):
+        await app.started.wait()
+    return app, protocol
 
 
 async def test_the_app_hears_of_a_lost_client_from_the_callback_once() -> None:
-    app = Watching()
-    protocol, _ = _protocol(app)  # type: ignore[arg-type]
-    protocol.data_received(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
-    async with asyncio.timeout(5):
-        await app.started.wait()
+    app, protocol = await _watched(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
     assert app.gone == []
     protocol.connection_lost(None)
     protocol.connection_lost(None)  # a second report calls nothing twice
@@ -372,28 +380,20 @@ async def test_the_app_hears_of_a_lost_client_from_the_callback_once() -> None:
     app.release.set()
 
 
-async def test_an_app_that_forgot_its_callback_hears_nothing() -> None:
-    app = Watching()
-    protocol, _ = _protocol(app)  # type: ignore[arg-type]
-    protocol.data_received(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
-    async with asyncio.timeout(5):
-        await app.started.wait()
+async def test_an_app_that_ended_hears_nothing_of_a_later_loss() -> None:
+    app, protocol = await _watched(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
     app.release.set()
-    for _ in range(5):
-        await asyncio.sleep(0)  # the app ends and calls when_gone(None)
+    async with asyncio.timeout(5):
+        await app.ended.wait()  # it called when_gone(None) on its way out
     protocol.connection_lost(None)
     assert app.gone == []
 
 
 async def test_a_body_past_the_limit_while_the_app_runs_tells_the_app_its_client_is_gone(
 ) -> None:  # fmt: skip
-    app = Watching()
-    protocol, _ = _protocol(app)  # type: ignore[arg-type]
-    protocol.data_received(
+    app, protocol = await _watched(
         b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
     )
-    async with asyncio.timeout(5):
-        await app.started.wait()
     protocol.data_received(b"800\r\n" + b"x" * 0x800 + b"\r\n")  # over LIMIT: refused
     assert app.gone == ["/v1/chat/completions"]
     app.release.set()
@@ -402,13 +402,9 @@ async def test_a_body_past_the_limit_while_the_app_runs_tells_the_app_its_client
 async def test_a_pipelined_requests_headers_keep_the_running_requests_watch() -> None:
     """A pipelined request's headers arrive while the first request's app still runs: the
     first one's registration is its own, and it hears when the connection is lost."""
-    app = Watching()
-    protocol, _ = _protocol(app)  # type: ignore[arg-type]
-    protocol.data_received(
+    app, protocol = await _watched(
         b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/other HTTP/1.1\r\nHost: x\r\n\r\n"
     )
-    async with asyncio.timeout(5):
-        await app.started.wait()
     protocol.connection_lost(None)
     assert app.gone == ["/v1/models"]  # the second has not started: nothing registered yet
     app.release.set()

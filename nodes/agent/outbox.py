@@ -121,10 +121,10 @@ class RunOutput:
         data = "".join(self._parts)
         if not data or self.broken:
             return ""
-        if self._credit is not None and len(data) > self._credit:
-            await self.drain()
-            return ""
         if self._credit is not None:
+            if len(data) > self._credit:
+                await self.drain()
+                return ""
             self._credit -= len(data)
         self._parts.clear()
         self._size = 0

@@ -44,6 +44,8 @@ class _Run:
     stop: bool = False  # cancelled before its task began (its first step sees this)
     adapter_done: bool = False  # the upstream is done: only output and run_end are left
     gone: bool = False  # the connection is lost: the run ends without a run_end
+    out: RunOutput | None = field(default=None, repr=False)
+    span: Any = field(default=None, repr=False)  # R-OBS-2: the run span, while tracing
 
     def cancel(self) -> bool:
         """Cancel the run's task; one not yet begun is stopped at its first step instead
@@ -54,9 +56,6 @@ class _Run:
             return self.task.cancel()
         self.stop = True
         return True
-
-    out: RunOutput | None = field(default=None, repr=False)
-    span: Any = field(default=None, repr=False)  # R-OBS-2: the run span, while tracing
 
 
 class _Bodies:
@@ -281,7 +280,7 @@ class Router:
         """End a run with ``code``: its adapter task is cancelled (upstream closed,
         subprocess killed) and it reports run_end. False if it is not running."""
         run = self.runs.get(run_id)
-        if run is None or run.task is None or run.task.done():
+        if run is None:
             return False
         if run.adapter_done:
             if run.out is not None:
