@@ -19,8 +19,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests.support.journeys import COMMAND_TIMEOUT_S, doc_blocks, source_checkout
-from tests.support.processes import ROOT, Proc
+from tests.support.journeys import (
+    COMMAND_TIMEOUT_S,
+    doc_blocks,
+    link_project_venv,
+    source_checkout,
+)
+from tests.support.processes import Proc
 
 # The Edge's own install line, as the Makefile's `make .venv/.installed-base` runs it.
 EDGE_INSTALL = ["python3 -m venv .venv", ".venv/bin/pip install -e '.[edge]'"]
@@ -51,7 +56,7 @@ class Machine:
     def link_project_venv(self) -> None:
         """The Edge install without running pip: the project's own ``.venv`` was made by the
         same ``pip install -e '.[edge]'`` (``make``), so it stands for the page's install."""
-        (self.checkout / ".venv").symlink_to(ROOT / ".venv")
+        link_project_venv(self.checkout)
 
     def stop(self) -> None:
         for proc in reversed(self.procs):

@@ -10,6 +10,7 @@ project's, with the database and ``var/`` of this Edge only.
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import shutil
@@ -69,6 +70,18 @@ def source_checkout(target: Path) -> Path:
     return target
 
 
+def link_project_venv(checkout: Path) -> None:
+    """The project's own ``.venv`` as ``checkout``'s install (made by the same ``make``). The
+    copy's ``pyproject.toml`` is dated before that install's stamp, so a ``make`` in the copy
+    never installs again into the shared ``.venv`` (which would point the project's editable
+    install at the copy, gone after the test)."""
+    (checkout / ".venv").symlink_to(ROOT / ".venv")
+    stamp, project = ROOT / ".venv" / ".installed-base", checkout / "pyproject.toml"
+    if stamp.exists() and project.exists():
+        before = stamp.stat().st_mtime - 1
+        os.utime(project, (before, before))
+
+
 class JourneyEdge:
     """An Edge started the way `make run` starts it (catalog imported once, tokens minted into
     the catalog, ``runedge`` without ``--config``), its local Node, and the commands of the
@@ -83,7 +96,7 @@ class JourneyEdge:
         self.dir = directory
         self.work = directory / "edge-checkout"
         self.work.mkdir(parents=True)
-        (self.work / ".venv").symlink_to(ROOT / ".venv")
+        link_project_venv(self.work)
         (self.work / "manage.py").symlink_to(ROOT / "manage.py")
         (self.work / "var").mkdir()
         self.ports = {role: free_port() for role in EXAMPLE_PORTS}

@@ -20,8 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from catalog.config.rules.example_tokens import ALLOW_ENV
-from tests.support import ROOT, free_port
-from tests.support.journeys import EXAMPLE_PORTS, run_script, source_checkout, with_ports
+from tests.support import free_port
+from tests.support.journeys import (
+    EXAMPLE_PORTS,
+    link_project_venv,
+    run_script,
+    source_checkout,
+    with_ports,
+)
 from tests.support.processes import child_env
 
 START_TIMEOUT_S = 90.0  # the first run migrates and imports the catalog (seconds here)
@@ -61,7 +67,7 @@ def make_run(
 ) -> Iterator[Quickstart]:
     """Run ``command`` (one line of a page, ``make run`` in it) in a fresh copy of the checkout."""
     work = source_checkout(directory)
-    (work / ".venv").symlink_to(ROOT / ".venv")
+    link_project_venv(work)
     ports = {role: free_port() for role in EXAMPLE_PORTS}
     for name in ("configs/edge.yaml", "scripts/run_local.py"):
         path = work / name
