@@ -147,6 +147,7 @@ class OpenAIApp:
         forward = tables.provider_auth.forward_headers(headers)
         body = await read_body(receive, headers.get(b"content-length"), tables.max_request_bytes)
         request = parse_request(endpoint, body)
+        request.headers = headers
         meta.request = request
         if not caller.may_use(request.model):  # R-PRIN-1: the answer an unknown group gets
             raise model_not_found(request.model)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -161,6 +161,12 @@ class UsageMeter:
             "iop_fallbacks", "Requests a fallback group served, by the group asked of (R-FALL-1).",
             ["model_group", "served_by"], registry=reg,
         )  # fmt: skip
+        self._dropped = Counter(
+            "iop_translation_dropped",
+            "Fields a translation left out, by documented field ('other' for the rest) "
+            "(R-XLATE-5).",
+            ["field"], registry=reg,
+        )  # fmt: skip
         self._budget_read_failures = Counter(
             "iop_budget_read_failures", "Ledger reads for budgets that failed (R-BUD-1).",
             registry=reg,
@@ -172,6 +178,12 @@ class UsageMeter:
         self.latency = LatencyMetrics(reg)  # R-OBS-3
         pending = Gauge("iop_usage_pending_keys", "Ledger keys not yet written.", registry=reg)
         pending.set_function(lambda: len(self.pending))
+
+    def translation_dropped(self, fields: Iterable[str]) -> None:
+        """R-XLATE-5: one translated attempt left these out (bounded labels: documented
+        field names or ``other``)."""
+        for name in fields:
+            self._dropped.labels(name).inc()
 
     def record(self, record: RequestRecord) -> None:
         """Count one finished request; synchronous and O(1), no I/O."""
