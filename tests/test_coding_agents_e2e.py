@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.support import Stack
-from tests.support.clients import clients_stack, installed, run_claude, run_codex
+from tests.support.clients import BIN, clients_stack, installed, run_claude, run_codex
+from tests.support.journeys import JOURNEYS_MD, doc_blocks, run_script, with_ports
 
 pytestmark = pytest.mark.slow
 
@@ -83,3 +84,26 @@ def test_codex_prints_the_upstream_answer(stack: Stack, tmp_path: Path, model: s
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
     assert stack.upstream("main").server.reply_text in done.stdout
     check_all_2xx(stack, since, "responses")
+
+
+AGENTS = doc_blocks(JOURNEYS_MD, "agents")
+
+
+@pytest.mark.parametrize(
+    ("block", "operation"), [("claude-code", "messages"), ("codex", "responses")]
+)
+def test_the_journeys_page_set_up_runs_as_written(
+    stack: Stack, tmp_path: Path, block: str, operation: str
+) -> None:
+    """docs/journeys.md, "Coding agents": each block as a reader runs it (the example port
+    is the Edge's), in a fresh home, with the CLIs on PATH and ``IOP_TOKEN`` set."""
+    since = len(edge_log(stack))
+    env = {
+        "PATH": f"{BIN}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "IOP_TOKEN": stack.token,
+    }
+    script = with_ports(AGENTS[block], stack.ports)
+    printed = run_script(script, tmp_path, env)
+    assert stack.upstream("main").server.reply_text in printed
+    check_all_2xx(stack, since, operation)

@@ -23,6 +23,12 @@ RUN_TIMEOUT_S = 180
 CLIENT_PROVIDERS = [
     *PROVIDERS,
     {"id": "p-qwen", "profile": "vllm_qwen", "base_url": "{up:main}/v1", "capacity": 4},
+    {
+        "id": "p-glm-coding",
+        "profile": "glm_coding",
+        "base_url": "{up:main}/api/coding/paas/v4",
+        "capacity": 4,
+    },
 ]
 CLIENT_PROFILES = {
     **PROFILES,
@@ -45,6 +51,8 @@ CLIENT_MODELS = [
     {"id": "codex-over-glm", "providers": {"p-glm": "glm-4.6"}, "translate": True},
     {"id": "codex-over-qwen", "providers": {"p-qwen": "qwen3"}, "translate": True},
     {"id": "codex-native", "providers": {"p-chat": "served-gpt"}},
+    # docs/journeys.md, "Coding agents": one translated group for both CLIs (GLM Coding Plan)
+    {"id": "coding", "providers": {"p-glm-coding": "glm-4.6"}, "translate": True},
 ]
 
 
