@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +20,7 @@ from pool.http.errors import HttpError
 from pool.http.operations import ENDPOINTS, binary_parts, estimate_tokens, parse_request
 from pool.translate.common import TranslationError
 from pool.translate.select import translation
+from tests.support.clients import recorded
 
 # Names the APIs give meaning to, so generated objects hit the branches that read them.
 KEYS = [
@@ -91,7 +93,7 @@ KINDS = {
 }
 DRIVERS = ["openai_chat", "ollama", "cli", "anthropic_messages"]
 SETTINGS = settings(
-    max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=100, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
 )
 
 
@@ -130,6 +132,107 @@ def test_every_translator_takes_any_field_shape_or_refuses_naming_it(
             translation(kind, data, "served", stream=parsed.stream, input_estimate=1, driver=driver)
         except TranslationError as refused:
             assert refused.code in ("unsupported_operation", "invalid_request"), refused.code
+
+
+def _paths(value: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place in a JSON document where a value sits (the document itself excluded)."""
+    out: list[tuple[Any, ...]] = []
+    children = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for key, child in children:
+        out.append((*at, key))
+        out += _paths(child, (*at, key))
+    return out
+
+
+def _replaced(document: Any, path: tuple[Any, ...], value: Any) -> Any:
+    copy = json.loads(json.dumps(document))
+    holder = copy
+    for key in path[:-1]:
+        holder = holder[key]
+    holder[path[-1]] = value
+    return copy
+
+
+# The recorded bodies of the real clients (tests/fixtures/clients): every field at every depth.
+SEEDS = [("messages_via_chat", r.body) for r in recorded("claude-code")] + [
+    ("responses_via_chat", r.body) for r in recorded("codex")
+]
+SEED_PATHS = [(kind, body, _paths(body)) for kind, body in SEEDS]
+
+
+@settings(
+    max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(data=st.data())
+def test_any_value_anywhere_in_a_real_client_s_request_is_served_or_refused_with_a_400(
+    data: st.DataObject,
+) -> None:
+    """R-IN-7 on the requests Claude Code and Codex really send: one value at any path (a
+    schema property, a tool's ``type``, a message's role, ...) replaced by any JSON value."""
+    kind, body, paths = data.draw(st.sampled_from(SEED_PATHS))
+    path = data.draw(st.sampled_from(paths))
+    mutated = _replaced(body, path, data.draw(json_values))
+    try:
+        parsed = parse_request(ENDPOINTS[KINDS[kind]], json.dumps(mutated).encode())
+    except HttpError as refused:
+        assert refused.code == "invalid_request", refused.code
+        return
+    for driver in DRIVERS:
+        try:
+            translation(
+                kind, parsed.data, "served", stream=parsed.stream, input_estimate=1, driver=driver
+            )
+        except TranslationError as refused:
+            assert refused.code in ("unsupported_operation", "invalid_request"), refused.code
+
+
+@pytest.mark.parametrize("name", ["type", "properties", "items", "enum", "image", "data"])
+def test_a_schema_property_named_like_a_keyword_is_served_at_any_depth(name: str) -> None:
+    """The issue's bad input: ``type``, ``properties``, ``items`` or ``enum`` as property
+    names, holding objects, nested three deep, on every operation and translation."""
+    inner: dict[str, Any] = {"type": "object", "properties": {name: {"type": "string"}}}
+    for _ in range(3):
+        inner = {"type": "object", "properties": {name: inner}, "items": {name: {name: "x"}}}
+    tool_chat = {"type": "function", "function": {"name": "t", "parameters": inner}}
+    bodies = {
+        "/v1/chat/completions": {
+            "model": "m",
+            "messages": [{"role": "user", "content": "image"}],
+            "tools": [tool_chat],
+        },
+        "/v1/responses": {
+            "model": "m",
+            "input": "image",
+            "tools": [{"type": "function", "name": "t", "parameters": inner}],
+        },
+        "/v1/messages": {
+            "model": "m",
+            "max_tokens": 8,
+            "messages": [{"role": "user", "content": "image"}],
+            "tools": [{"name": "t", "input_schema": inner}],
+        },
+    }
+    for path, body in bodies.items():
+        parsed = parse_request(ENDPOINTS[path], json.dumps(body).encode())
+        assert parsed.input_tokens_estimate > 0
+    for kind, path in (
+        ("messages_via_chat", "/v1/messages"),
+        ("responses_via_chat", "/v1/responses"),
+        ("chat_via_messages", "/v1/chat/completions"),
+    ):
+        translated = translation(
+            kind, json.loads(json.dumps(bodies[path])), "s", stream=False, input_estimate=1
+        )
+        assert inner == json.loads(translated.body)["tools"][0].get(
+            "input_schema",
+            json.loads(translated.body)["tools"][0].get("function", {}).get("parameters"),
+        )
 
 
 def test_r_in_7_the_reproduction_a_type_property_beside_the_word_image_is_served() -> None:

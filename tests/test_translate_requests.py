@@ -140,6 +140,22 @@ def test_an_anthropic_request_becomes_a_chat_request_r_xlate_1() -> None:
         ({"mcp_servers": [{"type": "url", "url": "https://x.test"}]}, "mcp_servers"),
         ({"thinking": {"type": "sometimes"}}, "thinking.type"),
         ({"stop_sequences": ["a", "b", "c", "d", "e"]}, "stop_sequences"),
+        (  # R-IN-7: an object where a string is expected was a TypeError (a 500)
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "image",
+                                "source": {"type": "base64", "media_type": {"a": 1}, "data": "x"},
+                            }
+                        ],
+                    }
+                ]
+            },
+            "messages[0].content[0].source.media_type",
+        ),
         (
             {"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]},
             "messages[0].content[0].type",
