@@ -13,7 +13,7 @@ from typing import Any
 
 from tests.support.processes import ROOT
 from tests.support.stack import Stack
-from tests.support.translation import PROFILES, PROVIDER_KEY, PROVIDERS, UPSTREAMS
+from tests.support.translation import PROFILES, PROVIDERS, translation_stack
 
 FIXTURES = ROOT / "tests" / "fixtures" / "clients"
 BIN = ROOT / "var" / "clients" / "node_modules" / ".bin"  # scripts/install-clients.sh
@@ -58,13 +58,12 @@ CLIENT_MODELS = [
 
 def clients_stack(directory: Path) -> Stack:
     """Not started: use it as a context manager. The Edge logs one line per request."""
-    return Stack(
+    return translation_stack(
         directory,
-        upstreams=UPSTREAMS,
         providers=CLIENT_PROVIDERS,
         models=CLIENT_MODELS,
         profiles=CLIENT_PROFILES,
-        env={"IOP_TEST_XLATE_KEY": PROVIDER_KEY, "IOP_ACCESS_LOG": "1"},
+        env={"IOP_ACCESS_LOG": "1"},
     )
 
 
