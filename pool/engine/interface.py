@@ -105,6 +105,18 @@ class PoolEngine(Protocol):
         an older view; ``PoolBackendUnavailable`` when it cannot be read in time."""
         ...
 
+    def estimate_wait(
+        self, model: str, needs: frozenset[str] = frozenset(), long: bool = False
+    ) -> float | None:
+        """Seconds a request of ``model`` arriving now would wait in the queue: 0 with a free
+        slot; None when unknown (R-QUEUE-3, pool/engine/estimate.py)."""
+        ...
+
+    def drain_s(self) -> float | None:
+        """Seconds until the queue has drained at the measured rates; None when unknown
+        (R-QUEUE-1: ``Retry-After`` of a capacity refusal)."""
+        ...
+
     def idle(self) -> bool:
         """No lease and no waiter of this Edge."""
         ...

@@ -168,6 +168,16 @@ class ProviderPool:
         """Always: the pool lives in this process."""
         return True
 
+    def estimate_wait(
+        self, model: str, needs: frozenset[str] = frozenset(), long: bool = False
+    ) -> float | None:
+        """Seconds a request arriving now would wait; None when unknown (R-QUEUE-3)."""
+        return self._core.estimate(model, needs, long)
+
+    def drain_s(self) -> float | None:
+        """Seconds until the queue has drained at the measured rates (R-QUEUE-1)."""
+        return self._core.drain_s()
+
     def idle(self) -> bool:
         """No lease and no waiter."""
         return self._core.idle()
