@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -32,6 +33,7 @@ MODELS = [
     {"id": "busy-fb", "providers": {"p-busy": "served"}, "fallbacks": ["spare"]},
     {"id": "spare", "providers": {"p-spare": "served"}},
     {"id": "quick", "providers": {"p-quick": "served"}},
+    {"id": "busy-ant", "providers": {"p-busy": "served"}, "translate": True},
 ]
 HELLO = [{"role": "user", "content": "hello"}]
 
@@ -43,6 +45,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         tmp_path_factory.mktemp("queue"), upstreams=upstreams, providers=PROVIDERS, models=MODELS
     ) as running:
         yield running
+
+
+@pytest.fixture(autouse=True)
+def fresh(stack: Stack) -> Iterator[None]:
+    stack.reset_upstreams()  # a Hold waits for this test's own stream, not an earlier one's
+    yield
+    stack.wait_idle()  # R-POOL-9
 
 
 def sdk(stack: Stack, timeout: float) -> openai.OpenAI:
@@ -148,3 +157,54 @@ def test_a_malformed_deadline_is_ignored_and_every_answer_says_its_wait(stack: S
                             headers={"authorization": f"Bearer {stack.token}"})  # fmt: skip
         assert refused.status_code == 404
         assert refused.headers["x-iop-queue-wait-ms"] == "0"
+
+
+def test_a_waiting_stream_hears_where_it_stands_and_both_sdks_read_it_unchanged(
+    stack: Stack,
+) -> None:
+    """R-QUEUE-4: with ``x-iop-queue-events: 1`` a queued streaming request gets SSE comment
+    lines while it waits (``: queued position=N eta_ms=M``), then its stream as usual; the
+    official OpenAI and Anthropic SDKs skip the comments and read the answer."""
+    events = {"x-iop-queue-events": "1"}
+    raw = bytearray()
+    texts: dict[str, str] = {}
+
+    def read_raw() -> None:
+        body = {"model": "busy", "messages": HELLO, "stream": True}
+        headers = {"authorization": f"Bearer {stack.token}", **events}
+        with httpx.Client(base_url=stack.openai_url, timeout=30) as http:
+            with http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as r:
+                for chunk in r.iter_raw():
+                    raw.extend(chunk)
+
+    def read_openai() -> None:
+        chunks = sdk(stack, 30).chat.completions.create(
+            model="busy", messages=HELLO, stream=True, extra_headers=events
+        )
+        texts["openai"] = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+    def read_anthropic() -> None:
+        client = anthropic.Anthropic(base_url=stack.openai_url, api_key=stack.token, max_retries=0)
+        with client.messages.stream(
+            model="busy-ant", max_tokens=32, messages=HELLO, extra_headers=events
+        ) as stream:
+            texts["anthropic"] = stream.get_final_text()
+
+    hold, holder = hold_one(stack, "main", "busy")
+    readers = [threading.Thread(target=f) for f in (read_raw, read_openai, read_anthropic)]
+    try:
+        for depth, reader in enumerate(readers, start=1):
+            reader.start()
+            stack.wait_until(lambda snap, d=depth: snap["queue_depth"] == d, what="queued")
+        stack.wait_until(lambda _: b": queued position=1" in raw, what="the first queue event")
+    finally:
+        hold.release()
+        holder.join(30)
+    for reader in readers:
+        reader.join(30)
+    text = raw.decode()
+    assert text.startswith(": queued position=1"), text[:200]
+    assert ": admitted wait_ms=" in text and text.rstrip().endswith("data: [DONE]")
+    reply = stack.upstream("main").server.reply_text
+    assert texts == {"openai": reply, "anthropic": reply}
+    stack.wait_idle()

@@ -270,6 +270,14 @@ class PoolCore(HealthLedger):
         ahead = sum(len(cls.waiters) for cls in classes)
         return self.service.wait(ahead, ((s.provider_id, s.capacity) for s in cands))
 
+    def position(self, waiter: Waiter) -> int:
+        """1 + the queued waiters ahead of ``waiter`` that compete for its providers
+        (R-QUEUE-4); 0 once it is no longer queued."""
+        if waiter.seq not in self._queue:
+            return 0
+        classes = {cls for s in waiter.cls.candidates for cls in s.classes}
+        return 1 + sum(1 for cls in classes for seq in cls.waiters if seq < waiter.seq)
+
     def drain_s(self) -> float | None:
         """Seconds until the whole queue has drained at the measured rates (R-QUEUE-1)."""
         live = ((s.provider_id, s.capacity) for s in self._states.values() if s.live)

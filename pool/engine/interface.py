@@ -35,8 +35,11 @@ class PoolEngine(Protocol):
         owner: str | None = None,
         max_queued: int | None = None,
         exclude: frozenset[str] = frozenset(),
+        on_queued: Callable[[Callable[[], int | None]], None] | None = None,
     ) -> Lease:
-        """Lease a provider of ``model`` able to serve ``needs``, waiting in the queue."""
+        """Lease a provider of ``model`` able to serve ``needs``, waiting in the queue; when
+        it queues, ``on_queued`` gets a function telling its position (1 = next; None when
+        the engine cannot tell), for the queue events of R-QUEUE-4."""
         ...
 
     def release(self, lease: Lease) -> bool:

@@ -176,10 +176,13 @@ class RedisPool:
         owner: str | None = None,
         max_queued: int | None = None,
         exclude: frozenset[str] = frozenset(),
+        on_queued: Callable[[Callable[[], int | None]], None] | None = None,
     ) -> Lease:
         """Lease a provider of ``model`` able to serve ``needs``, waiting in the one global
         queue (R-POOL-5 across Edges); ``PoolBackendUnavailable`` at once when Redis is
-        unreachable, ``PoolRecovering`` while it recovers from a loss of data."""
+        unreachable, ``PoolRecovering`` while it recovers from a loss of data. A waiter's
+        position is not known here without a read of Redis: ``on_queued`` is not called
+        (its queue events carry the estimate only, R-QUEUE-4)."""
         if self._down or self.fenced:
             raise PoolBackendUnavailable()
         fut: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()

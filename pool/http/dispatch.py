@@ -40,8 +40,16 @@ from pool.http.managed import RouteCredentials
 from pool.http.naming import ModelNames
 from pool.http.operations import ParsedRequest
 from pool.http.plane import DataPlane
-from pool.http.queueing import deadline_s, wait_exceeded, with_retry_after
+from pool.http.queueing import (
+    admitted_with_events,
+    deadline_s,
+    wait_exceeded,
+    wants_events,
+    with_retry_after,
+)
 from pool.http.relay import Exchange, relay_stream, relay_whole
+
+OnQueued = Callable[[Callable[[], int | None]], None]
 
 
 async def dispatch(
@@ -72,7 +80,9 @@ async def dispatch(
     excluded: frozenset[str] = frozenset()
     off_route = credentials.excluded if credentials is not None else frozenset()
 
-    def admit(exclude: frozenset[str] = frozenset()) -> Awaitable[Lease]:
+    def admit(
+        exclude: frozenset[str] = frozenset(), on_queued: OnQueued | None = None
+    ) -> Awaitable[Lease]:
         return pool.acquire(
             request.model,
             request.needs,
@@ -80,6 +90,7 @@ async def dispatch(
             owner=owner,
             max_queued=max_queued,
             exclude=exclude | off_route,
+            on_queued=on_queued,
         )
 
     lease = await _first_admission(runtime, request, long, admit, ex)
@@ -111,7 +122,7 @@ async def _first_admission(
     runtime: DataPlane,
     request: ParsedRequest,
     long: bool,
-    admit: Callable[[], Awaitable[Lease]],
+    admit: Callable[[frozenset[str], OnQueued | None], Awaitable[Lease]],
     ex: Exchange,
 ) -> Lease:
     """The request's first lease, within the deadline it states (R-QUEUE-2): refused at once
@@ -127,7 +138,12 @@ async def _first_admission(
     try:
         with observe.admission():  # R-OBS-3: the queue wait
             async with asyncio.timeout(deadline) as waited:
-                lease = await admit()
+                if eta != 0 and wants_events(request.stream, request.headers):  # R-QUEUE-4
+                    lease = await admitted_with_events(
+                        lambda queued: admit(frozenset(), queued), ex, pool.release, eta
+                    )
+                else:
+                    lease = await admit(frozenset(), None)
     except PoolError as exc:
         err = from_pool_error(exc, request.model, request.needs)
         raise with_retry_after(err, pool.drain_s()) from None
@@ -138,7 +154,8 @@ async def _first_admission(
         eta = pool.estimate_wait(request.model, request.needs, long)
         raise wait_exceeded(eta, deadline) from None
     finally:
-        ex.queue_wait_ms = int((time.monotonic() - began) * 1000)
+        if not ex.started:  # a stream opened for queue events already said its wait
+            ex.queue_wait_ms = int((time.monotonic() - began) * 1000)
     if eta:  # it queued with an estimate: how far off it was (R-QUEUE-3)
         runtime.meter.queue_estimate(eta, ex.queue_wait_ms / 1000)
     return lease
