@@ -172,10 +172,12 @@ def test_a_waiting_stream_hears_where_it_stands_and_both_sdks_read_it_unchanged(
     def read_raw() -> None:
         body = {"model": "busy", "messages": HELLO, "stream": True}
         headers = {"authorization": f"Bearer {stack.token}", **events}
-        with httpx.Client(base_url=stack.openai_url, timeout=30) as http:
-            with http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as r:
-                for chunk in r.iter_raw():
-                    raw.extend(chunk)
+        with (
+            httpx.Client(base_url=stack.openai_url, timeout=30) as http,
+            http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as answer,
+        ):
+            for chunk in answer.iter_raw():
+                raw.extend(chunk)
 
     def read_openai() -> None:
         chunks = sdk(stack, 30).chat.completions.create(
