@@ -96,6 +96,15 @@ async def run_directory() -> AsyncIterator[str]:
         await asyncio.to_thread(shutil.rmtree, path, onerror=_writable_and_retry)
 
 
+def exec_argv(argv: list[str]) -> list[str]:
+    """The argv to exec from the run directory: a relative program path (``./tool``, checked
+    by the policy as written) still names the file beside the Node's own working directory."""
+    program = argv[0]
+    if os.sep in program and not os.path.isabs(program):
+        return [os.path.abspath(program), *argv[1:]]
+    return argv
+
+
 def _writable_and_retry(func: Callable[..., Any], path: str, _exc: Any) -> None:
     """A program may leave a directory it made read-only: open it up, then remove again."""
     with contextlib.suppress(OSError):
@@ -129,7 +138,7 @@ async def _spawn(
     exited: asyncio.Future[None] = loop.create_future()
     transport, protocol = await loop.subprocess_exec(
         lambda: _ExitProtocol(exited, loop),
-        *command,
+        *exec_argv(command),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -195,7 +204,7 @@ class CliAdapter:
         async with run_directory() as cwd:
             try:
                 proc = await asyncio.create_subprocess_exec(
-                    *argv,
+                    *exec_argv(argv),
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=asyncio.subprocess.DEVNULL,
                     stderr=asyncio.subprocess.DEVNULL,
