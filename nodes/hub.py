@@ -23,6 +23,7 @@ import msgspec
 from catalog.config import EdgeSnapshot
 from nodes import wire
 from nodes.payload import compile_payload
+from nodes.refusals import MAX_REASON_CHARS, refusals
 from nodes.runs import NodeUnavailable, RunChannel, RunOrder
 from nodes.tokens import sane_usage
 from obskit.logs import printable
@@ -408,22 +409,3 @@ class NodeHub:
             self._spawn(session.transport.close(wire.CLOSE_SHUTDOWN))
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=2)
-
-
-MAX_REASON_CHARS = 300  # a Node's reason is shown on the status page: bounded
-
-
-def refusals(node_id: str, unavailable: dict[str, str], providers: set[str]) -> dict[str, str]:
-    """The providers a Node will not run (R-TLS-3), each logged once here. The map is the
-    Node's text (R-TLS-9): only ids of that Node's own ``providers`` count (so at most that
-    many), each reason is bounded and logged with ``repr``, the rest is counted, never shown."""
-    mine = [(pid, reason) for pid, reason in unavailable.items() if pid in providers]
-    refused = {pid: reason[:MAX_REASON_CHARS] for pid, reason in mine}
-    for provider_id, reason in sorted(refused.items()):
-        log.warning("node %s will not run provider %s: %r", node_id, provider_id, reason)
-    if len(unavailable) > len(refused):
-        log.warning(
-            "node %s reported %d unavailable provider(s) it does not have: ignored",
-            node_id, len(unavailable) - len(refused),
-        )  # fmt: skip
-    return refused
