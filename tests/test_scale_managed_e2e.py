@@ -180,10 +180,16 @@ def test_a_routed_order_naming_a_pair_no_route_binds_is_refused_and_logged_r_mgd
     def messages(key: bytes | str) -> list[dict[str, Any]]:
         return [json.loads(fields[b"m"]) for _, fields in client.xrange(key)]
 
+    def orders() -> list[tuple[bytes, dict[str, Any]]]:
+        keys = client.keys(f"{cluster.redis_prefix}:edge:edge-0:*:runs")
+        return [(key, m) for key in keys for m in messages(key) if m["t"] == "open"]
+
     try:
-        (runs,) = client.keys(f"{cluster.redis_prefix}:edge:edge-0:*:runs")
-        # The first test routed runs from Edge 2 to Edge 0 (node-1): copy one of its orders.
-        order = [m for m in messages(runs) if m["t"] == "open"][-1]
+        for _ in range(32):  # a routed order from Edge 2 to Edge 0 (node-1) to copy
+            if orders():
+                break
+            assert managed.chat(2)
+        runs, order = orders()[-1]
         cluster.reset_upstreams()
         forged = {**order, "run_id": "forged-r-mgd-14", "provider_id": "coder-1"}
         assert forged["node_id"] == "node-1" and forged["grant"]["slot_id"] == "glm-main"
