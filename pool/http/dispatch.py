@@ -17,6 +17,7 @@ and re-enter admission the same way, within the same deadline.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable
 
@@ -157,7 +158,9 @@ async def _first_admission(
         if not ex.started:  # a stream opened for queue events already said its wait
             ex.queue_wait_ms = int((time.monotonic() - began) * 1000)
     if eta:  # it queued with an estimate: how far off it was (R-QUEUE-3)
-        runtime.meter.queue_estimate(eta, ex.queue_wait_ms / 1000)
+        runtime.meter.queue_estimate(eta, (time.monotonic() - began))
+        if not ex.started:
+            ex.queue_eta_ms = math.ceil(eta * 1000)
     return lease
 
 

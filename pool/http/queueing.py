@@ -19,11 +19,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from pool.engine import Lease
 from pool.engine.estimate import retry_after
 from pool.http.errors import HttpError
-from pool.http.relay import Exchange
+from pool.http.relay import QUEUE_ETA_HEADER, Exchange
 
 MAX_WAIT_HEADER = b"x-iop-max-wait-ms"
 SDK_TIMEOUT_HEADERS = (b"x-stainless-read-timeout", b"x-stainless-timeout")
-ETA_HEADER = b"x-iop-queue-eta-ms"
+ETA_HEADER = QUEUE_ETA_HEADER  # on this refusal, and on the answer of a request that queued
 MAX_DEADLINE_S = 86400.0
 _MILLIS = re.compile(rb"[0-9]{1,9}")
 _SECONDS = re.compile(rb"[0-9]{1,6}(\.[0-9]{1,6})?")

@@ -45,6 +45,7 @@ class WriteFlow(Protocol):
 
 
 QUEUE_WAIT_HEADER = b"x-iop-queue-wait-ms"
+QUEUE_ETA_HEADER = b"x-iop-queue-eta-ms"
 
 
 class Exchange:
@@ -59,6 +60,7 @@ class Exchange:
         "in_band_failure",
         "output_bytes",
         "provider_id",
+        "queue_eta_ms",
         "queue_wait_ms",
         "reached",
         "send",
@@ -87,6 +89,7 @@ class Exchange:
         self.output_bytes = 0
         self.extra_headers: list[tuple[bytes, bytes]] = []  # x-ratelimit-* (R-PRIN-2)
         self.queue_wait_ms = 0  # R-QUEUE-1: time in the queue, on every answer
+        self.queue_eta_ms: int | None = None  # R-QUEUE-3: the estimate it queued on
         # R-BUD-2 (pool/http/spent.py): the stream's terminal event went out; model text
         # relayed (a whole body's, or a stream's tally: for an estimate); attempts discarded
         # on the way, metered on their own.
@@ -125,8 +128,10 @@ class Exchange:
     def _own_headers(self) -> list[tuple[bytes, bytes]]:
         """This request's headers beside the content's: limits, budget, translation, and
         its time in the queue (R-QUEUE-1: 0 when admitted at once)."""
-        wait = (QUEUE_WAIT_HEADER, b"%d" % self.queue_wait_ms)
-        return [*self.extra_headers, wait] if self.extra_headers else [wait]
+        own = [*self.extra_headers, (QUEUE_WAIT_HEADER, b"%d" % self.queue_wait_ms)]
+        if self.queue_eta_ms is not None:
+            own.append((QUEUE_ETA_HEADER, b"%d" % self.queue_eta_ms))
+        return own
 
     def failure_event(self, err: HttpError) -> bytes:
         """The in-band event that ends this stream after a failure: the translator's when it
