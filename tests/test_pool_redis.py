@@ -427,3 +427,28 @@ def test_a_success_and_the_release_of_its_lease_are_folded_into_one_call() -> No
         3,
     )
     assert answers[1].endswith('"r": 1}') and '"info": []' in answers[2]
+
+
+async def test_r_queue_3_the_estimate_counts_the_shared_queue_over_this_edges_lease_times() -> None:
+    """R-QUEUE-3 on the Redis engine: the waiters ahead from the shared view, the rate from
+    this Edge's measured lease durations (one of 2 s: capacity 1 drains one per 2 s)."""
+    from tests.support.clock import Clock
+
+    clock = Clock()
+    async with edges() as group:
+        a = await group.start(policy(prov("p1", cap=1)), "edge-a", clock=clock)
+        a.node_ready("n1", 1)
+        await a.flush()
+        assert (await a.fetch_snapshot()) and a.estimate_wait("m") == 0.0
+        lease = await a.acquire("m")
+        clock.now += 2.0
+        a.release(lease)
+        held = await a.acquire("m")
+        waiting = asyncio.create_task(a.acquire("m"))
+        await queued(a, 1)
+        await a.fetch_snapshot()
+        assert a.estimate_wait("m") == pytest.approx(4.0)  # (1 ahead + itself) * 2 s
+        assert a.drain_s() == pytest.approx(2.0)
+        assert a.estimate_wait("unknown") is None
+        a.release(held)
+        a.release(await asyncio.wait_for(waiting, 5))

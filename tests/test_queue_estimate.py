@@ -46,6 +46,7 @@ async def test_the_estimate_counts_the_competing_waiters_ahead_over_the_measured
     assert pool.snapshot().queue_depth == 3
     assert pool.estimate_wait("m") == pytest.approx(4.0)
     assert pool.estimate_wait("o") is None  # b saturated and never measured
+    assert pool.drain_s() == pytest.approx(3.0)  # the three waiters at a's one per second
     for task in waiters:
         task.cancel()
     await asyncio.gather(*waiters, return_exceptions=True)

@@ -281,7 +281,7 @@ class PoolCore(HealthLedger):
     def drain_s(self) -> float | None:
         """Seconds until the whole queue has drained at the measured rates (R-QUEUE-1)."""
         live = ((s.provider_id, s.capacity) for s in self._states.values() if s.live)
-        return self.service.wait(len(self._queue), live)
+        return self.service.drain(len(self._queue), live)
 
     def idle(self) -> bool:
         """No lease outstanding and no waiter queued."""

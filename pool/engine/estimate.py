@@ -58,8 +58,12 @@ class ServiceTimes:
 
     def wait(self, ahead: int, providers: Iterable[tuple[str, int]]) -> float | None:
         """Seconds until a request with ``ahead`` competing waiters before it is admitted."""
+        return self.drain(ahead + 1, providers)
+
+    def drain(self, waiters: int, providers: Iterable[tuple[str, int]]) -> float | None:
+        """Seconds until ``waiters`` queued requests have all been admitted."""
         rate = self.rate(providers)
-        return None if rate is None else (ahead + 1) / rate
+        return None if rate is None else waiters / rate
 
 
 def retry_after(seconds: float | None) -> int:

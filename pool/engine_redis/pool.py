@@ -232,7 +232,7 @@ class RedisPool:
         """Seconds until the shared queue drains at this Edge's measured rates (R-QUEUE-1)."""
         view = self.snapshot()
         live = ((r.provider_id, r.capacity) for r in view.providers if r.online)
-        return self.service.wait(view.queue_depth, live)
+        return self.service.drain(view.queue_depth, live)
 
     def succeeded(self, lease: Lease) -> None:
         """The lease's upstream answered (R-HEALTH-2); call before ``release``."""
