@@ -24,7 +24,7 @@ from pool.engine import PoolEngine, ProviderPool
 from pool.gate.counters import GateCounts
 from pool.http.managed import ManagedKeys
 from pool.metering import UsageMeter
-from pool.policy import policy_from_snapshot
+from pool.policy import group_queues, policy_from_snapshot
 
 __all__ = ["ApplyOutcome", "EdgeRuntime"]
 
@@ -108,7 +108,9 @@ class EdgeRuntime:
         """The pool snapshot as a dict (R-POOL-8), at most the engine's stated age old
         (R-SCALE-8); call it on the loop that owns the pool. ``PoolBackendUnavailable`` when
         the shared pool cannot be read in time."""
-        status = (await self.pool.fresh_snapshot()).as_dict()
+        snapshot = await self.pool.fresh_snapshot()
+        status = snapshot.as_dict()
+        status["groups"] = group_queues(self.snapshot, snapshot, self.pool)  # R-QUEUE-4
         status["gate"] = self.gate.by_provider()  # Stream Evidence Gate counts (R-SEG-6)
         status["ttft"] = self.meter.latency.window.percentiles()  # R-OBS-3: last minutes
         status["revision"] = self.revision  # which revision this Edge runs (R-SCALE-3)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from catalog.config import EdgeSnapshot
-from pool.engine import HealthPolicy, PoolPolicy, PoolProvider
+from pool.engine import HealthPolicy, PoolEngine, PoolPolicy, PoolProvider, PoolSnapshot
 from pool.translate.plan import served_capabilities
 
 
@@ -36,3 +38,20 @@ def policy_from_snapshot(snapshot: EdgeSnapshot, *, version: int = 0) -> PoolPol
         ),
         version=version,
     )
+
+
+def group_queues(
+    snapshot: EdgeSnapshot, pool_snapshot: PoolSnapshot, pool: PoolEngine
+) -> dict[str, dict[str, Any]]:
+    """Each model group's queue for the status page (R-QUEUE-4): requests waiting that could
+    run on its providers (the most on any one of them) and the estimated wait of a new
+    request (ms, None while unknown; R-QUEUE-3)."""
+    queued = {row.provider_id: row.queued for row in pool_snapshot.providers}
+    out: dict[str, dict[str, Any]] = {}
+    for group in snapshot.models.values():
+        eta = pool.estimate_wait(group.id)
+        out[group.id] = {
+            "queued": max((queued.get(p, 0) for p in group.providers), default=0),
+            "eta_ms": None if eta is None else round(eta * 1000),
+        }
+    return out

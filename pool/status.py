@@ -145,7 +145,19 @@ def status_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
         "counts": {state: counts.get(state, 0) for state in STATES},
         "generated_at": time.time(),
         "ttft_window_min": round(TTFT_WINDOW_S / 60),
+        "groups": [
+            {"id": gid, "queued": g["queued"], "eta": format_eta(g["eta_ms"])}
+            for gid, g in sorted(snapshot.get("groups", {}).items())
+        ],
     }
+
+
+def format_eta(ms: int | None) -> str:
+    """A group's estimated wait (R-QUEUE-3): "none" when a slot is free, "unknown" before
+    any lease of its providers was measured."""
+    if ms is None:
+        return "unknown"
+    return "none" if ms == 0 else format_wait(ms)
 
 
 class ProviderStatusSerializer(serializers.Serializer):

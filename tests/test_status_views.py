@@ -152,7 +152,10 @@ def test_api_pool_gives_staff_the_pool_snapshot_unchanged(live, staff_client) ->
     gate = body.pop("gate")  # Stream Evidence Gate counts, beside the engine's snapshot
     body.pop("revision")  # the revision this Edge runs, beside it too
     ttft = body.pop("ttft")  # R-OBS-3: time to first token per provider, recent window
+    groups = body.pop("groups")  # R-QUEUE-4: each group's queue and estimate
     assert body == pool.snapshot() and gate == {} and ttft == {}
+    assert groups["m-full"] == {"queued": 1, "eta_ms": None}  # saturated, nothing measured
+    assert groups["m-idle"] == {"queued": 0, "eta_ms": 0}
     full = next(row for row in body["providers"] if row["provider_id"] == "p-full")
     assert (full["in_flight"], full["queued"], body["queue_depth"]) == (1, 1, 1)
 
@@ -192,6 +195,8 @@ def test_status_feed_reports_state_per_provider_and_the_queue(live, staff_client
     assert {row["provider_id"]: row["state"] for row in body["providers"]} == EXPECTED_STATES
     assert body["queue_depth"] == 1
     assert (body["oldest_wait_ms"], body["oldest_wait"]) == (2500.0, "2.5 s")
+    groups = {g["id"]: (g["queued"], g["eta"]) for g in body["groups"]}
+    assert (groups["m-full"], groups["m-idle"]) == ((1, "unknown"), (0, "none"))
     assert body["counts"] == {
         "ejected": 0,
         "probing": 0,
