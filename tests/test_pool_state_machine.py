@@ -367,6 +367,13 @@ HEALTH_POLICIES = st.builds(
     eject_max_s=st.sampled_from([0.25, 0.5]),
 )
 
+# Every kind of request the rules can make, for the estimate's invariant.
+REQUEST_KINDS = [
+    (model, frozenset(needs), long, None)
+    for model in (*GROUPS, "nope")
+    for needs in ((), *((cap,) for cap in CAPS))
+    for long in (False, True)
+]
 REQUESTS = st.tuples(
     st.sampled_from([*GROUPS, *GROUPS, "nope"]),
     st.sets(st.sampled_from(CAPS), max_size=1).map(frozenset),
@@ -654,6 +661,22 @@ class PoolMachine(RuleBasedStateMachine):
         for w in self.ref.waiters:
             cands = self.ref.candidates(w.model, w.needs, w.long, w.exclude)
             assert self.ref.choose(cands, w.long) is None
+
+    @invariant()
+    def positions_and_free_slots_match_model(self) -> None:
+        """R-QUEUE-4: a queued waiter's position is 1 + the earlier waiters that compete for
+        one of its candidates; R-QUEUE-3: the estimate is 0 exactly when a request of that
+        kind would be leased now (whatever the measured rates)."""
+        ref = self.ref
+        cands = {w.n: ref.candidates(w.model, w.needs, w.long, w.exclude) for w in ref.waiters}
+        for waiter, n in self.waiting.items():
+            i = next(k for k, w in enumerate(ref.waiters) if w.n == n)
+            mine = {p.provider_id for p in cands[n]}
+            ahead = sum(bool(mine & {p.provider_id for p in cands[w.n]}) for w in ref.waiters[:i])
+            assert self.core.position(waiter) == 1 + ahead
+        for model, needs, long, _ in REQUEST_KINDS:
+            free = ref.choose(ref.candidates(model, needs, long), long) is not None
+            assert (self.core.estimate(model, needs, long) == 0.0) is free
 
     @invariant()
     def idle_means_all_zero(self) -> None:
