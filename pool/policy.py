@@ -44,14 +44,17 @@ def group_queues(
     snapshot: EdgeSnapshot, pool_snapshot: PoolSnapshot, pool: PoolEngine
 ) -> dict[str, dict[str, Any]]:
     """Each model group's queue for the status page (R-QUEUE-4): requests waiting that could
-    run on its providers (the most on any one of them) and the estimated wait of a new
-    request (ms, None while unknown; R-QUEUE-3)."""
+    run on its providers (the most on any one of them), the estimated wait of a new request
+    (ms, None while unknown; R-QUEUE-3), and its affinity hits and misses (R-AFF-1)."""
     queued = {row.provider_id: row.queued for row in pool_snapshot.providers}
+    hits, misses = pool.affinity_counts  # R-AFF-1
     out: dict[str, dict[str, Any]] = {}
     for group in snapshot.models.values():
         eta = pool.estimate_wait(group.id)
         out[group.id] = {
             "queued": max((queued.get(p, 0) for p in group.providers), default=0),
             "eta_ms": None if eta is None else round(eta * 1000),
+            "affinity_hits": hits.get(group.id, 0),
+            "affinity_misses": misses.get(group.id, 0),
         }
     return out

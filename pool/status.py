@@ -146,7 +146,12 @@ def status_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
         "generated_at": time.time(),
         "ttft_window_min": round(TTFT_WINDOW_S / 60),
         "groups": [
-            {"id": gid, "queued": g["queued"], "eta": format_eta(g["eta_ms"])}
+            {
+                "id": gid,
+                "queued": g["queued"],
+                "eta": format_eta(g["eta_ms"]),
+                "affinity": f"{g.get('affinity_hits', 0)} / {g.get('affinity_misses', 0)}",
+            }
             for gid, g in sorted(snapshot.get("groups", {}).items())
         ],
     }

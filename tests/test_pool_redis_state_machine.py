@@ -190,14 +190,21 @@ class RedisPoolMachine(base.PoolMachine):
         long: bool,
         owner: str | None,
         exclude: frozenset[str] = frozenset(),
+        affinity: tuple[str, float] | None = None,
     ) -> None:
         self.n += 1
         n = self.n
         share = self.shares.get(owner) if owner is not None else None
-        expected = self.ref.admit(n, model, needs, long, owner, share, exclude)
+        expected = self.ref.admit(n, model, needs, long, owner, share, exclude, affinity)
         task = self.loop.create_task(
             self.pool.acquire(
-                model, needs, long=long, owner=owner, max_queued=share, exclude=exclude
+                model,
+                needs,
+                long=long,
+                owner=owner,
+                max_queued=share,
+                exclude=exclude,
+                affinity=affinity,
             )
         )
         task.add_done_callback(lambda t, n=n: self.completed.append((n, t)))

@@ -53,6 +53,7 @@ class RefWaiter:
     at: float
     owner: str | None = None
     exclude: frozenset[str] = frozenset()
+    affinity: tuple[str, float] | None = None  # (key, ttl_s): R-AFF-1
 
 
 @dataclass
@@ -82,6 +83,7 @@ class RefPool:
     waiters: list[RefWaiter] = field(default_factory=list)
     events: list[tuple[object, ...]] = field(default_factory=list)
     health: dict[Key, RefHealth] = field(default_factory=dict)
+    affinity: dict[str, tuple[str, float]] = field(default_factory=dict)  # key -> (pid, until)
 
     def __post_init__(self) -> None:
         self.install_health()
@@ -229,6 +231,7 @@ class RefPool:
         owner: str | None = None,
         share: int | None = None,
         exclude: frozenset[str] = frozenset(),
+        affinity: tuple[str, float] | None = None,
     ) -> object:
         if self.waiters and self.policy.queue_timeout_ms:
             self.expire()
@@ -241,14 +244,21 @@ class RefPool:
         if not cands:
             return Unavailable
         chosen = self.choose(cands, long)
+        if affinity is not None:  # R-AFF-1: the last provider of the key, if it has room
+            pid, until = self.affinity.get(affinity[0], ("", 0.0))
+            last = next((p for p in cands if p.provider_id == pid), None)
+            if until > self.now and last is not None and self.choose([last], long) is not None:
+                chosen = last
         if chosen is not None:
+            if affinity is not None:
+                self.affinity[affinity[0]] = (chosen.provider_id, self.now + affinity[1])
             return self.take(chosen, long, n)
         if len(self.waiters) >= self.policy.max_queue:
             return QueueFull
         queued = sum(w.owner == owner for w in self.waiters)
         if owner is not None and share is not None and queued >= share:
             return QueueFull  # R-PRIN-3: the owner's share, the queue itself unchanged
-        self.waiters.append(RefWaiter(n, model, needs, long, self.now, owner, exclude))
+        self.waiters.append(RefWaiter(n, model, needs, long, self.now, owner, exclude, affinity))
         return None
 
     def release(self, key: Key, long: bool, n: int) -> None:
@@ -290,6 +300,9 @@ class RefPool:
                 chosen = self.choose(self.candidates(w.model, w.needs, w.long, w.exclude), w.long)
                 if chosen is not None:
                     self.waiters.remove(w)
+                    if w.affinity is not None:
+                        until = self.now + w.affinity[1]
+                        self.affinity[w.affinity[0]] = (chosen.provider_id, until)
                     key = self.take(chosen, w.long, w.n)
                     self.events.append(("grant", w.n, *key))
                     progress = True
@@ -367,6 +380,10 @@ HEALTH_POLICIES = st.builds(
     eject_max_s=st.sampled_from([0.25, 0.5]),
 )
 
+# R-AFF-1: a few conversation keys; a TTL no run of the machine reaches (a Redis key's TTL
+# runs on Redis's own clock, not the machine's)
+AFFINITY_KEYS = ("conv-1", "conv-2", "conv-3")
+AFFINITY_TTL_S = 3600.0
 # Every kind of request the rules can make, for the estimate's invariant.
 REQUEST_KINDS = [
     (model, frozenset(needs), long, None)
@@ -471,6 +488,13 @@ class PoolMachine(RuleBasedStateMachine):
         """R-HEALTH-1: a retry re-enters admission without the providers that failed it."""
         self.admit_one(*request, frozenset(exclude))
 
+    @rule(request=REQUESTS, key=st.sampled_from(AFFINITY_KEYS))
+    def admit_with_affinity(
+        self, request: tuple[str, frozenset[str], bool, str | None], key: str
+    ) -> None:
+        """R-AFF-1: the provider that last ran the key wins among free slots, never more."""
+        self.admit_one(*request, affinity=(key, AFFINITY_TTL_S))
+
     def admit_one(
         self,
         model: str,
@@ -478,13 +502,14 @@ class PoolMachine(RuleBasedStateMachine):
         long: bool,
         owner: str | None,
         exclude: frozenset[str] = frozenset(),
+        affinity: tuple[str, float] | None = None,
     ) -> None:
         self.n += 1
         n = self.n
         share = self.shares.get(owner) if owner is not None else None
-        expected = self.ref.admit(n, model, needs, long, owner, share, exclude)
+        expected = self.ref.admit(n, model, needs, long, owner, share, exclude, affinity)
         try:
-            outcome = self.core.admit(model, needs, long, owner, share, exclude)
+            outcome = self.core.admit(model, needs, long, owner, share, exclude, affinity)
         except PoolError as err:
             self.compare()  # expiries triggered by the arrival come first
             assert type(err) is expected

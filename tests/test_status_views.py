@@ -154,8 +154,9 @@ def test_api_pool_gives_staff_the_pool_snapshot_unchanged(live, staff_client) ->
     ttft = body.pop("ttft")  # R-OBS-3: time to first token per provider, recent window
     groups = body.pop("groups")  # R-QUEUE-4: each group's queue and estimate
     assert body == pool.snapshot() and gate == {} and ttft == {}
-    assert groups["m-full"] == {"queued": 1, "eta_ms": None}  # saturated, nothing measured
-    assert groups["m-idle"] == {"queued": 0, "eta_ms": 0}
+    none = {"affinity_hits": 0, "affinity_misses": 0}  # R-AFF-1: no keyed request yet
+    assert groups["m-full"] == {"queued": 1, "eta_ms": None, **none}  # nothing measured
+    assert groups["m-idle"] == {"queued": 0, "eta_ms": 0, **none}
     full = next(row for row in body["providers"] if row["provider_id"] == "p-full")
     assert (full["in_flight"], full["queued"], body["queue_depth"]) == (1, 1, 1)
 

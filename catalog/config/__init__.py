@@ -18,6 +18,7 @@ from catalog.config.profiles import (
 )
 from catalog.config.secrets import SecretRef, SecretUnavailableError
 from catalog.config.snapshot import (
+    Affinity,
     CredentialPlane,
     EdgeSnapshot,
     KeyFile,
@@ -37,6 +38,7 @@ __all__ = [
     "CAPABILITIES",
     "LEGACY_TYPES",
     "OPERATIONS_BY_DRIVER",
+    "Affinity",
     "AuthSpec",
     "ConfigError",
     "ConfigIssue",

@@ -25,6 +25,7 @@ from catalog.config.schema.base import SecretRefDoc
 from catalog.config.schema.sections import ServerTLSDoc
 from catalog.config.secrets import SecretRef
 from catalog.config.snapshot import (
+    Affinity,
     Budget,
     CredentialPlane,
     EdgeSnapshot,
@@ -182,6 +183,11 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
             translate is not False,
             fallback_chain(model.id, declared),
             refuse_dropped=not isinstance(translate, bool) and translate.unsupported == "refuse",
+            affinity=(
+                None
+                if model.affinity is None
+                else Affinity(model.affinity.key, model.affinity.ttl_s)
+            ),
         )
         for provider_id, served_model in model.providers.items():
             served.setdefault(provider_id, {})[model.id] = served_model

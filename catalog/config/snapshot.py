@@ -88,6 +88,14 @@ class NodeSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class Affinity:
+    """R-AFF-1: the request field that keys a conversation, and how long it holds."""
+
+    key: str  # prompt_cache_key | user | prefix
+    ttl_s: int
+
+
+@dataclass(frozen=True, slots=True)
 class ModelGroupSpec:
     """An external model key and the served model name of each of its providers (R-CFG-1, 2)."""
 
@@ -100,6 +108,7 @@ class ModelGroupSpec:
     fallbacks: tuple[str, ...] = ()
     # R-XLATE-5: ``translate: {unsupported: refuse}``: what translation would drop is refused
     refuse_dropped: bool = False
+    affinity: Affinity | None = None  # R-AFF-1
 
 
 @dataclass(frozen=True, slots=True)

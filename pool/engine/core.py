@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 from . import health
+from .affinity import AffinityMap
 from .errors import NotAdmitted, PoolError, QueueFull, QueueTimeout, UnknownModel
 from .estimate import ServiceTimes
 from .health import HealthLedger
@@ -75,6 +76,7 @@ class PoolCore(HealthLedger):
         self._ejected: dict[tuple[str, str], ProviderState] = {}  # rows out until ``until``
         self.ejections_total: dict[str, int] = {}  # provider id -> ejections (a counter)
         self.service = ServiceTimes(clock)  # lease durations: the wait estimate (R-QUEUE-3)
+        self.affinity = AffinityMap()  # which provider last ran a conversation (R-AFF-1)
         self._install(policy)
         self._reevaluate()
 
@@ -88,8 +90,12 @@ class PoolCore(HealthLedger):
         owner: str | None = None,
         max_queued: int | None = None,
         exclude: frozenset[str] = NO_EXCLUSION,
+        affinity: tuple[str, float] | None = None,
     ) -> Lease | Waiter:
         """Lease a provider now, or queue a waiter; raise a PoolError when neither is allowed.
+
+        ``affinity`` (key, ttl_s): the provider that last ran the key wins among free slots
+        (R-AFF-1); whichever provider runs the request is remembered for the key.
 
         ``owner`` may hold at most ``max_queued`` waiters in the one queue (R-PRIN-3); the
         queue order itself does not depend on owners. ``exclude`` names providers that
@@ -106,8 +112,15 @@ class PoolCore(HealthLedger):
         if not cands:
             raise self._unavailable(key)  # R-POOL-6, R-HEALTH-2: at once, never queued
         self._request_ids += 1
-        chosen = select(cands, long)
+        chosen = None
+        if affinity is not None:
+            chosen = self._preferred(affinity[0], cands, long, now)
+            self.affinity.counted(model, chosen is not None)
+        if chosen is None:
+            chosen = select(cands, long)
         if chosen is not None:
+            if affinity is not None:
+                self.affinity.remember(affinity[0], chosen.provider_id, now + affinity[1])
             return self._take(chosen, self._request_ids, model, long)
         if len(self._queue) >= self._max_queue:
             raise QueueFull()  # R-POOL-4
@@ -125,6 +138,7 @@ class PoolCore(HealthLedger):
                 s.classes.add(cls)
         self._seq += 1
         waiter = Waiter(self._seq, self._request_ids, model, long, now, cls, owner)
+        waiter.affinity = affinity
         cls.waiters[waiter.seq] = waiter
         self._queue[waiter.seq] = waiter
         if owner is not None:
@@ -270,6 +284,19 @@ class PoolCore(HealthLedger):
         ahead = sum(len(cls.waiters) for cls in classes)
         return self.service.wait(ahead, ((s.provider_id, s.capacity) for s in cands))
 
+    def _preferred(
+        self, key: str, cands: tuple[ProviderState, ...], long: bool, now: float
+    ) -> ProviderState | None:
+        """R-AFF-1: the provider that last ran ``key``, when it is a candidate with room."""
+        pid = self.affinity.lookup(key, now)
+        if pid is None:
+            return None
+        for s in cands:
+            if s.provider_id == pid:
+                room = s.in_flight < s.limit and (not long or s.long_in_flight < s.long_capacity)
+                return s if room else None
+        return None
+
     def position(self, waiter: Waiter) -> int:
         """1 + the queued waiters ahead of ``waiter`` that compete for its providers
         (R-QUEUE-4); 0 once it is no longer queued."""
@@ -326,6 +353,9 @@ class PoolCore(HealthLedger):
                 continue
             _, waiter = cls.waiters.popitem(last=False)
             self._dequeue(waiter)
+            if waiter.affinity is not None:  # it waited: the pool's rule chose; remember it
+                key, ttl_s = waiter.affinity
+                self.affinity.remember(key, chosen.provider_id, self._clock() + ttl_s)
             if not self._sink.abandoned(waiter):
                 self._sink.granted(
                     waiter, self._take(chosen, waiter.request_id, waiter.model, waiter.long)

@@ -36,10 +36,12 @@ class PoolEngine(Protocol):
         max_queued: int | None = None,
         exclude: frozenset[str] = frozenset(),
         on_queued: Callable[[Callable[[], int | None]], None] | None = None,
+        affinity: tuple[str, float] | None = None,
     ) -> Lease:
         """Lease a provider of ``model`` able to serve ``needs``, waiting in the queue; when
         it queues, ``on_queued`` gets a function telling its position (1 = next; None when
-        the engine cannot tell), for the queue events of R-QUEUE-4."""
+        the engine cannot tell), for the queue events of R-QUEUE-4; ``affinity`` (key,
+        ttl_s) prefers the provider that last ran the key among free slots (R-AFF-1)."""
         ...
 
     def release(self, lease: Lease) -> bool:
@@ -106,6 +108,11 @@ class PoolEngine(Protocol):
     async def fresh_snapshot(self) -> PoolSnapshot:
         """The snapshot at most the engine's stated age old (R-SCALE-8): a read never answers
         an older view; ``PoolBackendUnavailable`` when it cannot be read in time."""
+        ...
+
+    @property
+    def affinity_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(hits, misses) per model group of requests with an affinity key (R-AFF-1)."""
         ...
 
     def estimate_wait(

@@ -66,14 +66,16 @@ class ProviderPool:
         max_queued: int | None = None,
         exclude: frozenset[str] = frozenset(),
         on_queued: Callable[[Callable[[], int | None]], None] | None = None,
+        affinity: tuple[str, float] | None = None,
     ) -> Lease:
         """Lease a provider of ``model`` able to serve ``needs``, waiting in the root queue.
 
         ``owner`` holds at most ``max_queued`` waiters at once (R-PRIN-3); ``exclude`` names
         providers that already failed this request (R-HEALTH-1) or that a gate recovery may
-        not take (R-SEG-6).
+        not take (R-SEG-6); ``affinity`` (key, ttl_s) prefers the provider that last ran the
+        key among free slots (R-AFF-1).
         """
-        outcome = self._core.admit(model, needs, long, owner, max_queued, exclude)
+        outcome = self._core.admit(model, needs, long, owner, max_queued, exclude, affinity)
         if isinstance(outcome, Lease):
             return outcome
         if on_queued is not None:  # R-QUEUE-4: where it stands, asked while it waits
@@ -171,6 +173,11 @@ class ProviderPool:
     def reachable(self) -> bool:
         """Always: the pool lives in this process."""
         return True
+
+    @property
+    def affinity_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(hits, misses) per model group of requests with an affinity key (R-AFF-1)."""
+        return self._core.affinity.hits, self._core.affinity.misses
 
     def estimate_wait(
         self, model: str, needs: frozenset[str] = frozenset(), long: bool = False

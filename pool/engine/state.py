@@ -69,7 +69,17 @@ class ProviderState:
 class Waiter:
     """One queued request; ``handle`` is owned by the sink (the async wrapper keeps a future)."""
 
-    __slots__ = ("cls", "enqueued_at", "handle", "long", "model", "owner", "request_id", "seq")
+    __slots__ = (
+        "affinity",
+        "cls",
+        "enqueued_at",
+        "handle",
+        "long",
+        "model",
+        "owner",
+        "request_id",
+        "seq",
+    )
 
     def __init__(
         self,
@@ -89,6 +99,7 @@ class Waiter:
         self.cls = cls
         self.owner = owner  # the caller's token ref, counted against its queue share (R-PRIN-3)
         self.handle: object = None
+        self.affinity: tuple[str, float] | None = None  # (key, ttl_s): R-AFF-1
 
 
 class WaitClass:

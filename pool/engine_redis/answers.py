@@ -30,9 +30,21 @@ class Waiting:
     since: float  # this Edge's clock
 
 
-def admitted(pool: RedisPool, fut: asyncio.Future[Lease], model: str, long: bool, out: Any) -> None:
-    """The admit script's answer: a lease, a queued waiter, or a refusal."""
+def admitted(
+    pool: RedisPool,
+    fut: asyncio.Future[Lease],
+    model: str,
+    long: bool,
+    counted: str | None,
+    out: Any,
+) -> None:
+    """The admit script's answer: a lease, a queued waiter, or a refusal; ``counted``: the
+    model group whose affinity hit or miss this is (R-AFF-1), None without a key."""
     kind = out[0]
+    if counted is not None and kind in ("lease", "queued"):
+        hit = kind == "lease" and len(out) > 4 and out[4] == "1"
+        counts = pool.affinity_hits if hit else pool.affinity_misses
+        counts[counted] = counts.get(counted, 0) + 1
     if kind == "lease":
         lease = Lease(int(out[1]), out[2], out[3], model, long, pool.service.now())
         pool._held[lease.request_id] = (lease, pool._epoch or "")

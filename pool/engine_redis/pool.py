@@ -43,6 +43,13 @@ VIEW_MAX_AGE_S = 0.25  # fresh_snapshot() answers figures at most this old (R-SC
 VIEW_READ_TIMEOUT_S = 1.0  # an older view is read first, within this, else 503
 
 
+def affinity_args(affinity: tuple[str, float] | None) -> list[str]:
+    """The admit script's affinity arguments: the key and how long it holds, in ms."""
+    if affinity is None:
+        return ["", "0"]
+    return [affinity[0], str(max(1, round(affinity[1] * 1000)))]
+
+
 class RedisPool:
     """Provider pool of one Edge among several; every method runs on the event loop."""
 
@@ -99,6 +106,8 @@ class RedisPool:
         self._subscribed: asyncio.Event | None = None
         # This Edge's lease durations: the wait estimate (R-QUEUE-3) with the shared view
         self.service = ServiceTimes(clock)
+        self.affinity_hits: dict[str, int] = {}  # R-AFF-1: this Edge's keyed admissions
+        self.affinity_misses: dict[str, int] = {}
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -177,6 +186,7 @@ class RedisPool:
         max_queued: int | None = None,
         exclude: frozenset[str] = frozenset(),
         on_queued: Callable[[Callable[[], int | None]], None] | None = None,
+        affinity: tuple[str, float] | None = None,
     ) -> Lease:
         """Lease a provider of ``model`` able to serve ``needs``, waiting in the one global
         queue (R-POOL-5 across Edges); ``PoolBackendUnavailable`` at once when Redis is
@@ -194,8 +204,11 @@ class RedisPool:
             owner or "",
             share,
             json.dumps(sorted(exclude)),
+            *affinity_args(affinity),
         ]
-        self._submit(Job("admit", args, partial(answers.admitted, self, fut, model, long), fut))
+        counted = None if affinity is None else model  # R-AFF-1: hits and misses per group
+        admitted = partial(answers.admitted, self, fut, model, long, counted)
+        self._submit(Job("admit", args, admitted, fut))
         try:
             return await fut
         except asyncio.CancelledError:
@@ -213,6 +226,11 @@ class RedisPool:
             self._submit(Job("release", [str(lease.request_id)]))
         self.service.took(lease.provider_id, lease.started)
         return True
+
+    @property
+    def affinity_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(hits, misses) per model group of this Edge's requests with an affinity key."""
+        return self.affinity_hits, self.affinity_misses
 
     def estimate_wait(
         self, model: str, needs: frozenset[str] = frozenset(), long: bool = False

@@ -25,6 +25,7 @@ from nodes.hub import NodeUnavailable
 from pool.engine import Lease, PoolEngine
 from pool.engine.errors import PoolError
 from pool.http import observe
+from pool.http.affinity import affinity_of
 from pool.http.attempt import Attempt, TargetOf, open_attempt
 from pool.http.errors import RunFailed, from_pool_error
 from pool.http.failover import (
@@ -80,6 +81,8 @@ async def dispatch(
     deadline = loop.time() + snapshot.queue_timeout_ms / 1000 if snapshot.queue_timeout_ms else None
     excluded: frozenset[str] = frozenset()
     off_route = credentials.excluded if credentials is not None else frozenset()
+    group = snapshot.models.get(request.model)
+    affinity = affinity_of(request.model, group.affinity if group else None, request.data)
 
     def admit(
         exclude: frozenset[str] = frozenset(), on_queued: OnQueued | None = None
@@ -92,6 +95,7 @@ async def dispatch(
             max_queued=max_queued,
             exclude=exclude | off_route,
             on_queued=on_queued,
+            affinity=affinity,  # R-AFF-1
         )
 
     lease = await _first_admission(runtime, request, long, admit, ex)

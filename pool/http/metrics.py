@@ -126,6 +126,17 @@ class PoolCollector(Collector):
         for (model, provider_id), count in sorted(self._runtime.health.retries.items()):
             retries.add_metric([model, provider_id], float(count))
         yield retries
+        hits, misses = self._runtime.pool.affinity_counts  # R-AFF-1
+        for name, doc, counts in (
+            ("iop_affinity_hits", "Requests the provider that last ran their key took (R-AFF-1).",
+             hits),
+            ("iop_affinity_misses", "Requests with an affinity key that the pool's own rule "
+             "placed: no entry, expired, or that provider had no free slot (R-AFF-1).", misses),
+        ):  # fmt: skip
+            family = CounterMetricFamily(name, doc, labels=["model_group"])
+            for group, count in sorted(counts.items()):
+                family.add_metric([group], float(count))
+            yield family
 
 
 class _Scrape(Collector):

@@ -111,6 +111,14 @@ class TranslateDoc(Doc):
     unsupported: Literal["drop", "refuse"] = "drop"
 
 
+class AffinityDoc(Doc):
+    """``models[].affinity`` (R-AFF-1): which request field keys a conversation, and how long
+    the provider that last ran it stays preferred."""
+
+    key: Literal["prompt_cache_key", "user", "prefix"]
+    ttl_s: Annotated[int, Field(ge=1, le=86400)] = 300
+
+
 class ModelDoc(Doc):
     """``models[]``: a model group and its provider -> served model mapping (R-CFG-1, 2, 4)."""
 
@@ -120,6 +128,7 @@ class ModelDoc(Doc):
     # R-XLATE-1: serve operations a driver lacks by translation; an object turns it on with
     # its R-XLATE-5 setting
     translate: bool | TranslateDoc = False
+    affinity: AffinityDoc | None = None  # R-AFF-1: cache affinity inside exact capacity
     # R-FALL-1: model groups tried in order when this one cannot serve (rules/fallbacks.py)
     fallbacks: Annotated[list[ModelId], Field(max_length=MAX_FALLBACKS)] = Field(
         default_factory=list

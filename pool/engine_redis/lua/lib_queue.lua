@@ -45,6 +45,9 @@ end
 local function grant(wid, w, pid, p, r)
   dequeue(wid, w)
   take(pid, p, r, wid, w.long, w.edge)
+  -- R-AFF-1: a waiter with an affinity key: the provider the pool's rule chose is remembered
+  local aff = redis.call('HMGET', k('w', wid), 'aff', 'aff_ms')
+  if aff[1] and aff[1] ~= '' then redis.call('SET', k('aff', aff[1]), pid, 'PX', aff[2]) end
   redis.call('HSET', k('w', wid), 'granted', wid, 'node', p.n, 'provider', pid)
   redis.call('PEXPIRE', k('w', wid), S(3 * TTL))
   notify(w.edge, {'g', wid, p.n, pid, w.long and 1 or 0, EPOCH})
