@@ -135,6 +135,11 @@ LIVE_PARAMETERS: tuple[Parameter, ...] = (
         "1..provider_pool.max_queue, omitted = none",
     ),
     Parameter(
+        "openai.principal_tokens[*].max_pending_bodies",
+        "principal token requests still sending their body (R-LIM-2)",
+        ">= 1, omitted = 8",
+    ),
+    Parameter(
         "openai.stream_buffer_bytes",
         "relay buffer per stream before Node backpressure (R-IN-5)",
         "65536..67108864",

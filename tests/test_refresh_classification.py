@@ -323,6 +323,13 @@ CASES: list[tuple[str, Callable[[Doc], object], str, str, str]] = [
         "principal token share of the queue (R-PRIN-3)",
     ),
     (
+        "principal_token_max_pending_bodies",
+        lambda d: d["openai"]["principal_tokens"][0].update(max_pending_bodies=2),
+        'openai.principal_tokens["app-notebook"].max_pending_bodies',
+        LIVE,
+        "principal token requests still sending their body (R-LIM-2)",
+    ),
+    (
         "provider_auth",
         lambda d: d["openai"]["provider_auth"].update(enabled=True),
         "openai.provider_auth.enabled",

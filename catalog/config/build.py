@@ -195,6 +195,7 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
             tpm=t.tpm,
             max_queued=t.max_queued,
             budget=None if t.budget is None else Budget(t.budget.tokens, t.budget.period),
+            max_pending_bodies=t.max_pending_bodies,
         )
         for t in openai.principal_tokens
     )

@@ -125,6 +125,7 @@ class PrincipalTokenSpec:
     tpm: int | None = None
     max_queued: int | None = None
     budget: Budget | None = None  # R-BUD-1: the principal's (equal on each of its tokens)
+    max_pending_bodies: int | None = None  # R-LIM-2: None = the default (pool.http.limits)
 
 
 @dataclass(frozen=True, slots=True)

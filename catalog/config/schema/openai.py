@@ -58,6 +58,7 @@ class PrincipalTokenDoc(Doc):
     tpm: Limit | None = None
     max_queued: Limit | None = None
     budget: BudgetDoc | None = None  # R-BUD-1, for the whole principal (rules/budgets.py)
+    max_pending_bodies: Limit | None = None  # R-LIM-2; omitted = DEFAULT_MAX_PENDING_BODIES
 
 
 class ProviderAuthDoc(Doc):

@@ -1,0 +1,156 @@
+"""The adversarial client of R-LIM-3 against a real Edge, Node and fake upstream: a client that
+times its bytes to get around budgets and per-token limits (docs/http-api.md, "Admission";
+the cases are listed there). Slow bodies go over raw sockets (``tests.support.rawhttp``):
+headers and one body byte now, the rest later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from tests.support import Stack, sha256_hex
+from tests.support.rawhttp import SlowBody, first_answered
+
+pytestmark = pytest.mark.slow
+
+USED = 11 + 7  # the fake upstream's usage per chat completion (prompt + completion)
+CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
+PATH = "/v1/chat/completions"
+BUDGET = {"tokens": USED, "period": "day"}  # one chat completion spends it
+# name -> (principal, policy)
+TOKENS: dict[str, tuple[str, dict[str, Any]]] = {
+    "slow": ("team-budget", {"max_in_flight": 1, "budget": BUDGET, "max_pending_bodies": 4}),
+    "spender": ("team-budget", {"budget": BUDGET}),
+    "holder": ("team-holder", {}),
+    "narrow": ("team-narrow", {"max_pending_bodies": 2}),
+    "single": ("team-single", {"max_in_flight": 1, "max_pending_bodies": 2}),
+    "bystander": ("team-bystander", {}),
+}
+RAW = {name: f"iop-adversary-{name}-{'z' * 16}" for name in TOKENS}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tokens = [
+        {
+            "token_ref": f"app-{name}",
+            "principal_ref": principal,
+            "token_hash_sha256": sha256_hex(RAW[name]),
+            **policy,
+        }
+        for name, (principal, policy) in TOKENS.items()
+    ]
+    with Stack(tmp_path_factory.mktemp("adversary"), openai={"principal_tokens": tokens}) as up:
+        yield up
+
+
+@pytest.fixture(autouse=True)
+def idle_after(stack: Stack) -> Iterator[None]:
+    with stack.clean_slate():
+        yield
+
+
+def chat(stack: Stack, name: str) -> openai.types.chat.ChatCompletion:
+    with openai.OpenAI(base_url=stack.v1_url, api_key=RAW[name], max_retries=0) as client:
+        return client.chat.completions.create(**CHAT)  # type: ignore[call-overload, no-any-return]
+
+
+@contextlib.contextmanager
+def slow_bodies(stack: Stack, name: str, count: int) -> Iterator[list[SlowBody]]:
+    held = [SlowBody(stack.ports["openai"], PATH, RAW[name], CHAT) for _ in range(count)]
+    try:
+        yield held
+    finally:
+        for body in held:
+            body.close()
+
+
+def refusal(answer: tuple[int, dict[str, str], bytes]) -> tuple[int, str]:
+    status, _, body = answer
+    return status, json.loads(body)["error"]["code"]
+
+
+def pending(stack: Stack, name: str, opened: list[SlowBody], held: int) -> list[SlowBody]:
+    """Of ``opened`` bodies of a token whose ``max_pending_bodies`` is ``held``, the ones the
+    Edge holds: every other one is answered 429 at its headers (R-LIM-2). Knowing which is
+    the synchronisation: the held ones are counted by the Edge from then on."""
+    refused = first_answered(opened, len(opened) - held)
+    assert {refusal(answer) for answer in refused.values()} == {(429, "rate_limited")}
+    for _, headers, body in refused.values():
+        assert "max_pending_bodies" in json.loads(body)["error"]["message"]
+        assert headers["retry-after"] == "1"
+    return [body for index, body in enumerate(opened) if index not in refused]
+
+
+def until_budget_spent(stack: Stack, name: str) -> None:
+    """Bounded: the spending request's meter record lands right after its answer."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            chat(stack, name)
+        except openai.RateLimitError as refused:
+            assert refused.code == "budget_exceeded"
+            return
+        assert time.monotonic() < deadline, "the budget was never spent"
+
+
+def test_slow_bodies_sent_after_the_budget_was_spent_get_429_budget_exceeded_r_lim_1(
+    stack: Stack,
+) -> None:
+    """R-LIM-1, the review's reproduction: ``max_in_flight: 1``, four requests send their
+    headers and one body byte, a fresh request of the same principal spends the budget,
+    then the four bodies are finished one after another: each gets 429 budget_exceeded
+    (they had passed the budget check with their headers)."""
+    with slow_bodies(stack, "slow", 5) as opened:
+        held = pending(stack, "slow", opened, 4)
+        assert chat(stack, "spender").usage.total_tokens == USED  # type: ignore[union-attr]
+        until_budget_spent(stack, "spender")
+        answers = [body.finish() for body in held]
+    assert [refusal(a) for a in answers] == [(429, "budget_exceeded")] * 4
+    for _, headers, _ in answers:
+        assert headers["x-budget-remaining-tokens"] == "0"
+        assert int(headers["retry-after"]) >= 1
+
+
+def test_a_body_still_arriving_counts_in_flight_r_lim_1(stack: Stack) -> None:
+    """R-LIM-1: a request counts against ``max_in_flight`` from its authenticated headers:
+    of two bodies of a ``max_in_flight: 1`` token still arriving, the one finished first is
+    refused 429 rate_limited (the other counts in flight); the other, finished next, is
+    served."""
+    with slow_bodies(stack, "single", 3) as opened:
+        first, second = pending(stack, "single", opened, 2)
+        status, _, body = first.finish()
+        assert (status, json.loads(body)["error"]["code"]) == (429, "rate_limited")
+        assert "max_in_flight" in json.loads(body)["error"]["message"]
+        assert second.finish()[0] == 200
+    assert chat(stack, "single").choices[0].message.content
+
+
+def test_the_ninth_body_still_arriving_is_refused_before_its_body_r_lim_2(stack: Stack) -> None:
+    """R-LIM-2: one token opens 300 connections that each send headers and one body byte.
+    8 of them (the documented default) wait for their bodies; every other one is answered
+    429 rate_limited at once, its body never sent. Meanwhile the Edge serves other tokens,
+    and the 8 held bodies, once finished, are served too."""
+    with slow_bodies(stack, "holder", 300) as opened:
+        held = pending(stack, "holder", opened, 8)
+        assert chat(stack, "bystander").choices[0].message.content
+        assert [body.finish()[0] for body in held] == [200] * 8
+    assert chat(stack, "holder").choices[0].message.content
+
+
+def test_max_pending_bodies_is_the_tokens_own_when_set_r_lim_2(stack: Stack) -> None:
+    """R-LIM-2: ``max_pending_bodies: 2`` on a token: its third body still arriving is
+    refused with Retry-After, and a finished one makes room again."""
+    with slow_bodies(stack, "narrow", 3) as opened:
+        first, second = pending(stack, "narrow", opened, 2)
+        assert first.finish()[0] == 200
+        with slow_bodies(stack, "narrow", 1) as again:
+            assert again[0].finish()[0] == 200
+        assert second.finish()[0] == 200
