@@ -63,6 +63,11 @@ LIVE_PARAMETERS: tuple[Parameter, ...] = (
         "bool, default false",
     ),
     Parameter(
+        "models[*].max_output_tokens",
+        "output tokens one request may ask of the group (R-LIM-5)",
+        ">= 1, omitted = none",
+    ),
+    Parameter(
         "provider_pool.retry_before_first_byte",
         "retries on another provider before the first byte (R-HEALTH-1)",
         "0..3, default 1",

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.slow
 USED = 11 + 7  # the fake upstream's usage per chat completion (prompt + completion)
 CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
 PATH = "/v1/chat/completions"
+CAP = 64  # models[].max_output_tokens (R-LIM-5)
 BUDGET = {"tokens": USED, "period": "day"}  # one chat completion spends it
 # name -> (principal, policy)
 TOKENS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -47,7 +48,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         }
         for name, (principal, policy) in TOKENS.items()
     ]
-    with Stack(tmp_path_factory.mktemp("adversary"), openai={"principal_tokens": tokens}) as up:
+    models = [{"id": "gpt-test", "providers": {"p-openai": "served-gpt"}, "max_output_tokens": CAP}]
+    openai = {"principal_tokens": tokens}
+    with Stack(tmp_path_factory.mktemp("adversary"), openai=openai, models=models) as up:
         yield up
 
 
@@ -154,3 +157,28 @@ def test_max_pending_bodies_is_the_tokens_own_when_set_r_lim_2(stack: Stack) -> 
         with slow_bodies(stack, "narrow", 1) as again:
             assert again[0].finish()[0] == 200
         assert second.finish()[0] == 200
+
+
+def test_a_request_asking_for_more_output_than_the_group_allows_is_capped_r_lim_5(
+    stack: Stack,
+) -> None:
+    """R-LIM-5: with ``max_output_tokens: 64`` on the group, ``max_tokens: 100000`` reaches
+    the upstream as 64, a request with no bound gets 64, a smaller bound is kept and a bound
+    that is not a positive integer is 400 invalid_request naming the field."""
+    asked: list[dict[str, Any]] = [
+        {"max_tokens": 100_000},
+        {},
+        {"max_completion_tokens": 10},
+    ]
+    with openai.OpenAI(base_url=stack.v1_url, api_key=RAW["bystander"], max_retries=0) as client:
+        for extra in asked:
+            client.chat.completions.create(**CHAT, **extra)  # type: ignore[call-overload]
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(**CHAT, max_tokens=-5)  # type: ignore[call-overload]
+    assert refused.value.code == "invalid_request" and refused.value.param == "max_tokens"
+    seen = [r.json for r in stack.upstream().server.requests if r.json][-3:]
+    assert [(b.get("max_tokens"), b.get("max_completion_tokens")) for b in seen] == [
+        (CAP, None),
+        (CAP, None),
+        (None, 10),
+    ]

@@ -170,6 +170,13 @@ CASES: list[tuple[str, Callable[[Doc], object], str, str, str]] = [
         "serve operations a provider's driver lacks by translation (R-XLATE-1)",
     ),
     (
+        "max_output_tokens",
+        lambda d: model(d, "echo").update(max_output_tokens=256),
+        'models["echo"].max_output_tokens',
+        LIVE,
+        "output tokens one request may ask of the group (R-LIM-5)",
+    ),
+    (
         "fallbacks",
         lambda d: model(d, "echo").update(fallbacks=[d["models"][0]["id"]]),
         'models["echo"].fallbacks',

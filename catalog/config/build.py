@@ -180,6 +180,7 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
             freeze(model.providers),
             model.translate,
             fallback_chain(model.id, declared),
+            model.max_output_tokens,
         )
         for provider_id, served_model in model.providers.items():
             served.setdefault(provider_id, {})[model.id] = served_model

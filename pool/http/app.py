@@ -28,6 +28,7 @@ from pool.http.limits import TokenLimiter
 from pool.http.managed import Grant, RouteCredentials
 from pool.http.metrics import metrics_response, scrape_allowed
 from pool.http.operations import ENDPOINTS, Endpoint, ParsedRequest, Target, parse_request
+from pool.http.output_cap import capped
 from pool.http.plane import DataPlane
 from pool.http.relay import CLIENT_GONE, WRITE_FLOW, DisconnectWatch, Exchange
 from pool.http.spent import tokens_of
@@ -166,9 +167,10 @@ class OpenAIApp:
         meta.served = Served(request.model)
 
         def run(attempt: ParsedRequest, long: bool) -> Awaitable[None]:
+            group = tables.snapshot.models.get(attempt.model)
             return dispatch(
                 self.runtime,
-                attempt,
+                capped(attempt, group.max_output_tokens if group else None),  # R-LIM-5
                 long=long,
                 window=tables.stream_buffer_bytes,
                 forward_headers=forward,

@@ -111,6 +111,8 @@ class ModelDoc(Doc):
     usage_attribution: Literal["provider", "model_group"] = "provider"
     providers: Annotated[dict[NonEmpty, NonEmpty], Field(min_length=1)]
     translate: bool = False  # R-XLATE-1: serve operations a driver lacks by translation
+    # R-LIM-5: larger output bounds are capped to it, a missing one set to it; omitted = none
+    max_output_tokens: Annotated[int, Field(ge=1, le=2**31 - 1)] | None = None
     # R-FALL-1: model groups tried in order when this one cannot serve (rules/fallbacks.py)
     fallbacks: Annotated[list[ModelId], Field(max_length=MAX_FALLBACKS)] = Field(
         default_factory=list
