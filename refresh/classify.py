@@ -100,6 +100,12 @@ LIVE_PARAMETERS: tuple[Parameter, ...] = (
         subtree=True,
     ),
     Parameter(
+        "principals",
+        "principals' budgets and limits over all their keys (R-MGD-13)",
+        "unique ids; limits >= 1; a token's budget equal to its principal's",
+        subtree=True,
+    ),
+    Parameter(
         "openai.long_context_threshold_tokens", "OpenAI long-context threshold (R-POOL-7)", "> 0"
     ),
     Parameter(

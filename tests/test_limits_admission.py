@@ -6,12 +6,20 @@ process (``IOP_TEST_REDIS_URL``). The end-to-end cases are tests/test_limits_adv
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
+from catalog.config import load_snapshot
+from pool.http.admission import Admission, principal_key
+from pool.http.auth import Caller
+from pool.http.budgets import Budgets
+from pool.http.errors import HttpError
 from pool.http.limits import RateLimited, TokenLimiter, TokenLimits
 from pool.http.limits_shared import SharedTokenLimiter
+from pool.metering.budget_view import BudgetView
 from tests.support.clock import Clock
+from tests.support.config_examples import example_document
 from tests.support.redis_pool import REDIS_URL, drop_keys, needs_redis, new_prefix
 
 
@@ -107,3 +115,61 @@ async def test_requests_deciding_together_never_all_refuse_each_other(edges) -> 
         except RateLimited:
             lim.finish(ticket)
     assert admitted == 2
+
+
+def admission_for(document: dict[str, Any], shared: SharedTokenLimiter | None = None) -> Admission:
+    admission = Admission(TokenLimiter(60.0, Clock(1000.0)), shared, Budgets(BudgetView()))
+    admission.configure(load_snapshot(document))
+    return admission
+
+
+def principal_document(**policy: Any) -> dict[str, Any]:
+    document = example_document()
+    document["principals"] = [{"id": "team", **policy}]
+    return document
+
+
+async def test_a_principal_s_limits_count_all_its_keys_together_r_mgd_13() -> None:
+    """R-MGD-13: ``rpm: 2`` on the principal: two requests on two of its keys pass, the
+    third is refused naming the principal; another principal is not counted."""
+    admission = admission_for(principal_document(rpm=2))
+    keys = [Caller("team", "a"), Caller("team", "b"), Caller("team", "a")]
+    for caller in keys[:2]:
+        await admission.decide(caller, admission.arrive(caller), 1)
+    with pytest.raises(HttpError) as refused:
+        await admission.decide(keys[2], admission.arrive(keys[2]), 1)
+    assert refused.value.code == "rate_limited"
+    assert refused.value.message == "rate limit reached for this principal (rpm)"
+    other = Caller("other", "c")
+    await admission.decide(other, admission.arrive(other), 1)
+
+
+def test_a_principal_s_queue_share_is_the_one_the_pool_counts_r_mgd_13() -> None:
+    """R-MGD-13: with ``max_queued`` on the principal every key of it queues as the
+    principal; without, a token's own share (R-PRIN-3) stands."""
+    admission = admission_for(principal_document(max_queued=3))
+    assert admission.queue_share(Caller("team", "a", max_queued=1)) == (principal_key("team"), 3)
+    assert admission.queue_share(Caller("other", "b", max_queued=1)) == ("b", 1)
+    assert admission.queue_share(Caller("other", "b")) == (None, None)
+
+
+@needs_redis
+async def test_a_principal_s_in_flight_holds_across_edges_from_the_headers_r_mgd_13(
+    edges,
+) -> None:
+    """R-MGD-13, R-LIM-1 across Edges: ``max_in_flight: 1`` on the principal; a request of
+    one of its keys arrived on Edge A (body still arriving) makes Edge B refuse a request
+    of another of its keys; once A's ends, B admits."""
+    document = principal_document(max_in_flight=1)
+    a, b = (admission_for(document, shared) for shared in edges)
+    first = a.arrive(Caller("team", "x"))
+    await edges[0].flush()
+    second = Caller("team", "y")
+    with pytest.raises(HttpError) as refused:
+        await b.decide(second, b.arrive(second), 1)
+    assert refused.value.message == "rate limit reached for this principal (max_in_flight)"
+    a.finish(first, 0)
+    await edges[0].flush()
+    again = b.arrive(second)
+    await b.decide(second, again, 1)
+    b.finish(again, 1)

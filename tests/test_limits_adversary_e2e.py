@@ -33,7 +33,10 @@ TOKENS: dict[str, tuple[str, dict[str, Any]]] = {
     "narrow": ("team-narrow", {"max_pending_bodies": 2}),
     "single": ("team-single", {"max_in_flight": 1, "max_pending_bodies": 2}),
     "bystander": ("team-bystander", {}),
+    "pair-a": ("team-pair", {"max_pending_bodies": 1}),
+    "pair-b": ("team-pair", {}),
 }
+PRINCIPALS = [{"id": "team-pair", "max_in_flight": 1}]  # R-MGD-13: over both its tokens
 RAW = {name: f"iop-adversary-{name}-{'z' * 16}" for name in TOKENS}
 
 
@@ -50,7 +53,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     ]
     models = [{"id": "gpt-test", "providers": {"p-openai": "served-gpt"}, "max_output_tokens": CAP}]
     openai = {"principal_tokens": tokens}
-    with Stack(tmp_path_factory.mktemp("adversary"), openai=openai, models=models) as up:
+    directory = tmp_path_factory.mktemp("adversary")
+    with Stack(directory, openai=openai, models=models, principals=PRINCIPALS) as up:
         yield up
 
 
@@ -157,6 +161,23 @@ def test_max_pending_bodies_is_the_tokens_own_when_set_r_lim_2(stack: Stack) -> 
         with slow_bodies(stack, "narrow", 1) as again:
             assert again[0].finish()[0] == 200
         assert second.finish()[0] == 200
+
+
+def test_a_principal_s_max_in_flight_counts_a_body_arriving_on_another_token_r_mgd_13(
+    stack: Stack,
+) -> None:
+    """R-MGD-13, R-LIM-1: ``principals: [{id: team-pair, max_in_flight: 1}]``: while a body
+    of one of its tokens still arrives, a request on its other token is refused 429
+    rate_limited naming the principal; once that body is answered, the other token is
+    served."""
+    with slow_bodies(stack, "pair-a", 2) as opened:
+        (held,) = pending(stack, "pair-a", opened, 1)
+        with pytest.raises(openai.RateLimitError) as refused:
+            chat(stack, "pair-b")
+        assert refused.value.code == "rate_limited"
+        assert "principal (max_in_flight)" in refused.value.message
+        assert held.finish()[0] == 200
+    assert chat(stack, "pair-b").choices[0].message.content
 
 
 def test_a_request_asking_for_more_output_than_the_group_allows_is_capped_r_lim_5(

@@ -170,6 +170,13 @@ CASES: list[tuple[str, Callable[[Doc], object], str, str, str]] = [
         "serve operations a provider's driver lacks by translation (R-XLATE-1)",
     ),
     (
+        "principals",
+        lambda d: d.update(principals=[{"id": "team-research", "rpm": 100}]),
+        "principals",
+        LIVE,
+        "principals' budgets and limits over all their keys (R-MGD-13)",
+    ),
+    (
         "max_output_tokens",
         lambda d: model(d, "echo").update(max_output_tokens=256),
         'models["echo"].max_output_tokens',

@@ -110,6 +110,24 @@ class Budget:
 
 
 @dataclass(frozen=True, slots=True)
+class PrincipalSpec:
+    """R-MGD-13: a principal's policy over all its keys (tokens, route keys) together;
+    None = no such limit. The budget is also stated here when a token states it."""
+
+    id: str
+    budget: Budget | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+    max_in_flight: int | None = None
+    max_queued: int | None = None
+
+    @property
+    def limited(self) -> bool:
+        """Whether it counts requests (rpm, tpm or in-flight) over its keys."""
+        return self.rpm is not None or self.tpm is not None or self.max_in_flight is not None
+
+
+@dataclass(frozen=True, slots=True)
 class PrincipalTokenSpec:
     """A caller token known only by its sha256 (R-CFG-12) and its policy (R-PRIN-1..3).
 
@@ -217,6 +235,7 @@ class EdgeSnapshot:
     models: Mapping[str, ModelGroupSpec] = field(hash=False)
     _nodes_by_id: Mapping[str, NodeSpec] = field(repr=False, compare=False)
     _served_by_provider: Mapping[str, Mapping[str, str]] = field(repr=False, compare=False)
+    principals: Mapping[str, PrincipalSpec] = field(hash=False)  # R-MGD-13, by id
 
     @property
     def document(self) -> dict[str, Any]:

@@ -1,22 +1,35 @@
-"""Admission is one decision at one moment (R-LIM-1, R-LIM-2; docs/http-api.md, "Admission").
+"""Admission is one decision at one moment (R-LIM-1, R-LIM-2, R-MGD-13; docs/http-api.md,
+"Admission").
 
 ``arrive`` runs once the headers are authenticated: the request counts in flight for its
-token from then on (in Redis too when the limits are shared, R-SCALE-6) and as one of the
-token's bodies still arriving, of which it may hold ``max_pending_bodies``; the next gets 429
-before its body is read. A spent budget refuses early there too. Nothing is admitted then:
-``decide`` runs after the body is read and decides budget, ``max_in_flight``, ``rpm`` and
-``tpm`` on the state at that moment, counting the other requests still sending their bodies.
+token and its principal from then on (in Redis too when the limits are shared, R-SCALE-6)
+and as one of the token's bodies still arriving, of which it may hold
+``max_pending_bodies``; the next gets 429 before its body is read. A spent budget refuses
+early there too. Nothing is admitted then: ``decide`` runs after the body is read and
+decides budget, then the token's and the principal's ``max_in_flight``, ``rpm`` and ``tpm``,
+on the state at that moment, counting the other requests still sending their bodies.
 ``finish`` gives everything back exactly once, however the request ended.
+
+A principal's counters (``principals:``, over all its tokens and route keys) sit in the same
+limiters as a token's, under a key no token ref can take (a leading space).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from catalog.config import EdgeSnapshot
 from pool.http.auth import Caller
 from pool.http.budgets import Budgets, Headers
 from pool.http.errors import HttpError
-from pool.http.limits import LimitsUnavailable, RateLimited, Ticket, TokenLimiter
+from pool.http.limits import (
+    LimitsUnavailable,
+    Quota,
+    RateLimited,
+    Ticket,
+    TokenLimiter,
+    TokenLimits,
+)
 
 if TYPE_CHECKING:
     from pool.http.limits_shared import SharedTicket, SharedTokenLimiter
@@ -24,21 +37,37 @@ if TYPE_CHECKING:
 LEGACY_KEY = ""  # the legacy ``bearer_token``'s counters: no token ref can be empty
 
 
+def principal_key(principal_ref: str) -> str:
+    """The counters key of a principal (R-MGD-13): never a token ref (those cannot start
+    with a space)."""
+    return " " + principal_ref
+
+
+class _Counted:
+    """One key's place in the counters: this Edge's ticket and, shared, its Redis slot."""
+
+    __slots__ = ("key", "limits", "local", "shared", "who")
+
+    def __init__(self, who: str, key: str, limits: TokenLimits | None, local: Ticket,
+                 shared: SharedTicket | None) -> None:  # fmt: skip
+        self.who, self.key, self.limits, self.local, self.shared = who, key, limits, local, shared
+
+
 class Arrival:
     """One request's place in the counters, from its headers to its end."""
 
-    __slots__ = ("headers", "local", "shared")
+    __slots__ = ("counted", "headers")
 
-    def __init__(self, local: Ticket, shared: SharedTicket | None, headers: Headers) -> None:
-        self.local = local
-        self.shared = shared
+    def __init__(self, counted: list[_Counted], headers: Headers) -> None:
+        self.counted = counted  # the token's, then the principal's (when it has limits)
         self.headers = headers  # x-budget-* as of the headers: answers before admission
 
 
 class Admission:
-    """The per-token counters of this Edge (and in Redis, shared) and the budgets."""
+    """The per-token and per-principal counters of this Edge (and in Redis, shared) and the
+    budgets, for the active snapshot."""
 
-    __slots__ = ("budgets", "limiter", "shared")
+    __slots__ = ("_principals", "_queues", "budgets", "limiter", "shared")
 
     def __init__(
         self, limiter: TokenLimiter, shared: SharedTokenLimiter | None, budgets: Budgets
@@ -46,6 +75,23 @@ class Admission:
         self.limiter = limiter  # R-PRIN-2: this Edge's counters; bodies arriving always here
         self.shared = shared  # R-SCALE-6: in-flight, rpm and tpm across Edges instead
         self.budgets = budgets  # R-BUD-1: from the meter's view
+        self._principals: dict[str, TokenLimits] = {}
+        self._queues: dict[str, int] = {}  # principal -> max_queued (R-MGD-13)
+
+    def configure(self, snapshot: EdgeSnapshot) -> dict[str, str]:
+        """Take the snapshot's policy (live); the budgeted principals' periods, for the
+        meter's view."""
+        self._principals = {
+            p.id: TokenLimits(p.max_in_flight, p.rpm, p.tpm)
+            for p in snapshot.principals.values()
+            if p.limited
+        }
+        self._queues = {
+            p.id: p.max_queued for p in snapshot.principals.values() if p.max_queued is not None
+        }
+        keep = [t.token_ref for t in snapshot.principal_tokens]
+        self.limiter.retain(keep + [principal_key(ref) for ref in self._principals])
+        return self.budgets.limits_of(snapshot)
 
     def arrive(self, caller: Caller) -> Arrival:
         """Headers authenticated: refuse early (budget spent, too many bodies arriving) or
@@ -56,27 +102,31 @@ class Admission:
             local = self.limiter.arrive(key, caller.max_pending_bodies)  # R-LIM-2
         except RateLimited as exc:
             raise HttpError("rate_limited", str(exc), headers=exc.headers()) from None
-        shared = None
-        if self.shared is not None and caller.limits is not None and caller.token_ref:
-            shared = self.shared.arrive(caller.token_ref)  # R-LIM-1 across Edges
-        return Arrival(local, shared, budget or [])
+        counted = [_Counted("token", key, caller.limits, local, self._slot(key, caller.limits))]
+        ref = caller.principal_ref
+        limits = self._principals.get(ref) if ref is not None else None
+        if ref is not None and limits is not None:  # R-MGD-13: all its keys together
+            pkey = principal_key(ref)
+            local = self.limiter.arrive(pkey, None)
+            counted.append(_Counted("principal", pkey, limits, local, self._slot(pkey, limits)))
+        return Arrival(counted, budget or [])
+
+    def _slot(self, key: str, limits: TokenLimits | None) -> SharedTicket | None:
+        if self.shared is None or limits is None or not key:
+            return None
+        return self.shared.arrive(key)  # R-LIM-1 across Edges
 
     async def decide(self, caller: Caller, arrival: Arrival, estimate: int) -> Headers:
         """The body is read: the one decision. Returns the headers every answer carries
-        (``x-budget-*``, ``x-ratelimit-*``), or raises the refusal."""
-        limits = caller.limits
+        (``x-budget-*``, ``x-ratelimit-*`` of the token), or raises the refusal."""
+        headers: Headers = []
+        out: Headers = []
         try:
             headers = self.budgets.admit(caller.principal_ref) or []  # R-BUD-1, at admission
-            if self.shared is None or arrival.shared is None:
-                self.limiter.decide(arrival.local, limits, estimate)
-                quota = arrival.local.quota
-            else:
-                assert limits is not None  # a shared slot is taken only for limited tokens
-                self.limiter.decide(arrival.local, None, 0)  # only its body is done
-                ticket = await self.shared.admit(
-                    arrival.shared.token_ref, limits, estimate, arrival.shared
-                )
-                quota = ticket.quota
+            for counted in arrival.counted:
+                quota = await self._decide(counted, estimate)
+                if quota is not None and counted.who == "token":
+                    out = quota.headers()
         except HttpError:
             self.finish(arrival, 0)
             raise
@@ -87,10 +137,35 @@ class Admission:
         except LimitsUnavailable:
             self.finish(arrival, 0)
             raise HttpError("pool_unavailable", headers=headers) from None
-        return headers + quota.headers() if quota is not None else headers
+        return headers + out
+
+    async def _decide(self, counted: _Counted, estimate: int) -> Quota | None:
+        limits = counted.limits
+        shared = counted.shared
+        try:
+            if self.shared is None or shared is None:
+                self.limiter.decide(counted.local, limits, estimate)
+                return counted.local.quota
+            assert limits is not None  # a shared slot is taken only for a key with limits
+            self.limiter.decide(counted.local, None, 0)  # only its body is done
+            return (await self.shared.admit(counted.key, limits, estimate, shared)).quota
+        except RateLimited as exc:
+            if counted.who == "token":
+                raise
+            raise RateLimited(exc.limit, exc.retry_after_s, None, "principal") from None
+
+    def queue_share(self, caller: Caller) -> tuple[str | None, int | None]:
+        """(owner, max_queued) of the request's share of the one queue (R-PRIN-3): the
+        principal's when its entry sets ``max_queued`` (R-MGD-13), else the token's."""
+        ref = caller.principal_ref
+        shared = self._queues.get(ref) if ref is not None else None
+        if ref is not None and shared is not None:
+            return principal_key(ref), shared
+        return caller.token_ref if caller.max_queued is not None else None, caller.max_queued
 
     def finish(self, arrival: Arrival, spent: int) -> None:
         """The request ended: its counts come back, its charge settled to ``spent``."""
-        self.limiter.finish(arrival.local, spent)
-        if arrival.shared is not None and self.shared is not None:
-            self.shared.finish(arrival.shared, spent)
+        for counted in arrival.counted:
+            self.limiter.finish(counted.local, spent)
+            if counted.shared is not None and self.shared is not None:
+                self.shared.finish(counted.shared, spent)

@@ -75,8 +75,7 @@ class OpenAIApp:
         if snapshot is not self._snapshot or self._tables is None:
             self._tables = Tables(snapshot, self.runtime.started_at, self.runtime.managed_keys)
             self._snapshot = snapshot
-            self.limiter.retain(t.token_ref for t in snapshot.principal_tokens)
-            self.runtime.meter.configure_budgets(self.budgets.limits_of(snapshot))
+            self.runtime.meter.configure_budgets(self.admission.configure(snapshot))
         return self._tables
 
     def target(self, model: str, provider_id: str) -> Target | None:
@@ -165,6 +164,7 @@ class OpenAIApp:
             credentials = RouteCredentials(tables.managed, meta.grant, request.model)
         groups = chain_of(tables, request, caller, credentials is not None)  # R-FALL-1
         meta.served = Served(request.model)
+        owner, max_queued = self.admission.queue_share(caller)  # R-PRIN-3, R-MGD-13
 
         def run(attempt: ParsedRequest, long: bool) -> Awaitable[None]:
             group = tables.snapshot.models.get(attempt.model)
@@ -176,8 +176,8 @@ class OpenAIApp:
                 forward_headers=forward,
                 target_of=self.target,
                 ex=ex,
-                owner=caller.token_ref if caller.max_queued is not None else None,
-                max_queued=caller.max_queued,
+                owner=owner,
+                max_queued=max_queued,
                 credentials=credentials,
             )
 

@@ -61,6 +61,18 @@ class PrincipalTokenDoc(Doc):
     max_pending_bodies: Limit | None = None  # R-LIM-2; omitted = DEFAULT_MAX_PENDING_BODIES
 
 
+class PrincipalDoc(Doc):
+    """``principals[]`` (R-MGD-13): one principal's policy, over all its keys together, in
+    both modes; ``id`` is the ``principal_ref`` of its tokens and routes."""
+
+    id: Label
+    budget: BudgetDoc | None = None
+    rpm: Limit | None = None
+    tpm: Limit | None = None
+    max_in_flight: Limit | None = None
+    max_queued: Limit | None = None
+
+
 class ProviderAuthDoc(Doc):
     """Legacy caller-supplied provider token forwarding; omitted fields take R-AUTH-2 defaults."""
 
