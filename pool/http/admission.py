@@ -112,7 +112,7 @@ class Admission:
         return Arrival(counted, budget or [])
 
     def _slot(self, key: str, limits: TokenLimits | None) -> SharedTicket | None:
-        if self.shared is None or limits is None or not key:
+        if limits is None or self.shared is None or not key:
             return None
         return self.shared.arrive(key)  # R-LIM-1 across Edges
 
@@ -121,38 +121,36 @@ class Admission:
         (``x-budget-*``, ``x-ratelimit-*`` of the token), or raises the refusal."""
         headers: Headers = []
         out: Headers = []
+        who = "token"
         try:
             headers = self.budgets.admit(caller.principal_ref) or []  # R-BUD-1, at admission
             for counted in arrival.counted:
-                quota = await self._decide(counted, estimate)
-                if quota is not None and counted.who == "token":
+                who, quota = counted.who, None
+                if counted.shared is None or self.shared is None:  # no await: the common case
+                    self.limiter.decide(counted.local, counted.limits, estimate)
+                    quota = counted.local.quota
+                else:
+                    quota = await self._shared(counted, estimate)
+                if quota is not None and who == "token":
                     out = quota.headers()
         except HttpError:
             self.finish(arrival, 0)
             raise
         except RateLimited as exc:
             self.finish(arrival, 0)  # at once: requests deciding together count it no more
-            refused = exc.headers() + headers
-            raise HttpError("rate_limited", str(exc), headers=refused) from None
+            refused = (exc.headers() if who == "token" else exc.headers()[:2]) + headers
+            message = f"rate limit reached for this {who} ({exc.limit})"
+            raise HttpError("rate_limited", message, headers=refused) from None
         except LimitsUnavailable:
             self.finish(arrival, 0)
             raise HttpError("pool_unavailable", headers=headers) from None
         return headers + out
 
-    async def _decide(self, counted: _Counted, estimate: int) -> Quota | None:
-        limits = counted.limits
-        shared = counted.shared
-        try:
-            if self.shared is None or shared is None:
-                self.limiter.decide(counted.local, limits, estimate)
-                return counted.local.quota
-            assert limits is not None  # a shared slot is taken only for a key with limits
-            self.limiter.decide(counted.local, None, 0)  # only its body is done
-            return (await self.shared.admit(counted.key, limits, estimate, shared)).quota
-        except RateLimited as exc:
-            if counted.who == "token":
-                raise
-            raise RateLimited(exc.limit, exc.retry_after_s, None, "principal") from None
+    async def _shared(self, counted: _Counted, estimate: int) -> Quota | None:
+        assert self.shared is not None and counted.shared is not None and counted.limits
+        self.limiter.decide(counted.local, None, 0)  # only its body is done
+        ticket = await self.shared.admit(counted.key, counted.limits, estimate, counted.shared)
+        return ticket.quota
 
     def queue_share(self, caller: Caller) -> tuple[str | None, int | None]:
         """(owner, max_queued) of the request's share of the one queue (R-PRIN-3): the

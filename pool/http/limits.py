@@ -75,10 +75,8 @@ class LimitsUnavailable(Exception):
 class RateLimited(Exception):
     """Over a limit: retry after ``retry_after_s``; ``quota`` for the headers (may be None)."""
 
-    def __init__(
-        self, limit: str, retry_after_s: float, quota: Quota | None, who: str = "token"
-    ) -> None:
-        super().__init__(f"rate limit reached for this {who} ({limit})")
+    def __init__(self, limit: str, retry_after_s: float, quota: Quota | None) -> None:
+        super().__init__(f"rate limit reached for this token ({limit})")
         self.limit = limit
         self.retry_after_s = retry_after_s
         self.quota = quota
