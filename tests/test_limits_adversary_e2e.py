@@ -16,7 +16,8 @@ import openai
 import pytest
 
 from tests.support import Stack, sha256_hex
-from tests.support.rawhttp import SlowBody, first_answered
+from tests.support.rawhttp import SlowBody, connect, first_answered, read_responses
+from tests.support.upstream_loop import Hold
 
 pytestmark = pytest.mark.slow
 
@@ -35,6 +36,8 @@ TOKENS: dict[str, tuple[str, dict[str, Any]]] = {
     "bystander": ("team-bystander", {}),
     "pair-a": ("team-pair", {"max_pending_bodies": 1}),
     "pair-b": ("team-pair", {}),
+    "piper": ("team-pipe", {"budget": BUDGET}),
+    "cutter": ("team-cut", {}),
 }
 PRINCIPALS = [{"id": "team-pair", "max_in_flight": 1}]  # R-MGD-13: over both its tokens
 RAW = {name: f"iop-adversary-{name}-{'z' * 16}" for name in TOKENS}
@@ -163,6 +166,30 @@ def test_max_pending_bodies_is_the_tokens_own_when_set_r_lim_2(stack: Stack) -> 
         assert second.finish()[0] == 200
 
 
+def test_pipelined_requests_are_each_decided_when_their_turn_comes_r_lim_3(
+    stack: Stack,
+) -> None:
+    """R-LIM-3: four requests pipelined in one write on one connection (three chats and a
+    count_tokens) with budget for one: the first is served, and each later one, decided
+    after the one before it ended, gets 429 budget_exceeded; the overshoot is nil."""
+    paths = [PATH, PATH, PATH, "/v1/messages/count_tokens"]
+    wire = b""
+    for path in paths:
+        body = json.dumps(CHAT).encode()
+        wire += (
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {RAW['piper']}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+    with connect(stack.ports["openai"]) as sock:
+        sock.sendall(wire)
+        answers = read_responses(sock, len(paths))
+    assert answers[0][0] == 200
+    assert [refusal(a) for a in answers[1:3]] == [(429, "budget_exceeded")] * 2
+    status, headers, body = answers[3]  # count_tokens: the Anthropic shape
+    assert (status, json.loads(body)["error"]["type"]) == (429, "rate_limit_error")
+    assert headers["x-budget-remaining-tokens"] == "0"
+
+
 def test_a_principal_s_max_in_flight_counts_a_body_arriving_on_another_token_r_mgd_13(
     stack: Stack,
 ) -> None:
@@ -203,3 +230,39 @@ def test_a_request_asking_for_more_output_than_the_group_allows_is_capped_r_lim_
         (CAP, None),
         (None, 10),
     ]
+
+
+def test_a_stream_cut_before_the_usage_is_charged_as_documented_r_lim_4(stack: Stack) -> None:
+    """R-LIM-4: a client cuts a stream after its first event, while the upstream holds the
+    rest: the request is metered once, estimated, the input estimate of its body plus the
+    text it was relayed (4 characters a token, docs/metering.md), and the upstream was
+    asked for at most the group's ``max_output_tokens``: what can escape is bounded."""
+    body = json.dumps({**CHAT, "stream": True}).encode()
+    head = (
+        f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {RAW['cutter']}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    hold = Hold(stack.upstream())
+    try:
+        with connect(stack.ports["openai"]) as sock:
+            sock.sendall(head + body)
+            received = b""
+            while b"\n\n" not in received.partition(b"data: {")[2]:  # one whole event
+                chunk = sock.recv(65536)
+                assert chunk, "closed before the first event"
+                received += chunk
+        hold.wait_streaming()
+    finally:
+        hold.release()
+    events = [line[6:] for line in received.split(b"\n") if line.startswith(b"data: {")]
+    text = sum(len(json.loads(e)["choices"][0]["delta"].get("content") or "") for e in events)
+    stack.wait_until(
+        lambda _: any(r["principal_ref"] == "team-cut" for r in stack.ledger()),
+        what="the cut stream's ledger row",
+    )
+    (row,) = [r for r in stack.ledger() if r["principal_ref"] == "team-cut"]
+    assert (row["requests"], row["estimated"]) == (1, 1)
+    assert row["input_tokens"] == (len(body) + 3) // 4
+    assert row["output_tokens"] == (text + 3) // 4
+    asked = [r.json for r in stack.upstream().server.requests if r.json and r.json.get("stream")]
+    assert asked[-1]["max_tokens"] == CAP

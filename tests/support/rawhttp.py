@@ -21,27 +21,39 @@ def connect(port: int, timeout: float = MARGIN_S) -> socket.socket:
 
 def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
     """Status, headers and body of one response (Content-Length or chunked)."""
+    return read_responses(sock, 1)[0]
+
+
+def read_responses(sock: socket.socket, count: int) -> list[tuple[int, dict[str, str], bytes]]:
+    """``count`` responses in a row on one connection (pipelined requests' answers may
+    share a read)."""
     data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, f"closed before a response: {data!r}"
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:])}
-    if headers.get("transfer-encoding") == "chunked":
-        while not body.endswith(b"0\r\n\r\n"):
+    out = []
+    for _ in range(count):
+        while b"\r\n\r\n" not in data:
             chunk = sock.recv(65536)
-            assert chunk, "closed inside the body"
-            body += chunk
-        return status, headers, unchunk(body)
-    length = int(headers.get("content-length", "0"))
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        assert chunk, "closed inside the body"
-        body += chunk
-    return status, headers, body[:length]
+            assert chunk, f"closed before a response: {data!r}"
+            data += chunk
+        head, _, data = data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:])}
+        if headers.get("transfer-encoding") == "chunked":
+            while b"0\r\n\r\n" not in data:
+                chunk = sock.recv(65536)
+                assert chunk, "closed inside the body"
+                data += chunk
+            end = data.index(b"0\r\n\r\n") + 5
+            body, data = unchunk(data[:end]), data[end:]
+        else:
+            length = int(headers.get("content-length", "0"))
+            while len(data) < length:
+                chunk = sock.recv(65536)
+                assert chunk, "closed inside the body"
+                data += chunk
+            body, data = data[:length], data[length:]
+        out.append((status, headers, body))
+    return out
 
 
 def unchunk(data: bytes) -> bytes:
