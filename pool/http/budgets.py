@@ -1,8 +1,9 @@
-"""Budgets checked before admission (R-BUD-1), beside the per-token limiter.
+"""Budgets checked at admission (R-BUD-1, R-LIM-1: ``pool.http.admission`` asks at the
+headers, to refuse early, and again after the body, to decide), beside the limiters.
 
 A principal's budget is ``{tokens, period}`` stated in its ``principals:`` entry or on one of
 its tokens; it holds for every token and route key of that principal, in both modes
-(catalog/config/rules/budgets.py, R-MGD-13). Before a request
+(catalog/config/rules/budgets.py, R-MGD-13). When a request
 of a budgeted principal is admitted, the figure the meter keeps in memory
 (``pool.metering.budget_view``) is compared with it: no I/O on the request path. Once the
 principal's metered tokens in the current UTC period reach the budget, its requests get 429
