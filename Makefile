@@ -37,6 +37,7 @@ test: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	@bash scripts/install-clients.sh || true
 	@eval "$$($(PY) scripts/test_services.py)"; status=0; \
 	if [ -n "$$IOP_TEST_DATABASE_URL" ]; then \
 		echo "database tests on $${IOP_TEST_DATABASE_URL%%@*}@..."; \

@@ -23,8 +23,10 @@ import msgspec
 from catalog.config import EdgeSnapshot
 from nodes import wire
 from nodes.payload import compile_payload
+from nodes.refusals import MAX_REASON_CHARS, refusals
 from nodes.runs import NodeUnavailable, RunChannel, RunOrder
 from nodes.tokens import sane_usage
+from obskit.logs import printable
 from pool.engine import Lease, PoolEngine
 
 if TYPE_CHECKING:
@@ -204,7 +206,7 @@ class NodeHub:
 
     def _on_refresh_ack(self, session: NodeSession, message: wire.ConfigRefreshAck) -> None:
         if session.state == READY:
-            refused = _refusals(session.node_id, message.unavailable)
+            refused = self._refusals(session.node_id, message.unavailable)
             self._pool.node_refused(session.node_id, session.generation, refused)
         if not message.ok:
             # The Node kept a payload it could not fully build: the next apply pushes again,
@@ -214,9 +216,13 @@ class NodeHub:
             log.warning(
                 "node %s refused refresh %s: %s",
                 session.node_id,
-                message.revision,
-                message.error,
+                printable(message.revision, 100),  # the Node's text (R-TLS-9)
+                printable(message.error or "", MAX_REASON_CHARS),
             )
+
+    def _refusals(self, node_id: str, unavailable: dict[str, str]) -> dict[str, str]:
+        node = self._snapshot().node(node_id)
+        return refusals(node_id, unavailable, {p.id for p in node.providers} if node else set())
 
     async def _on_register(self, session: NodeSession, message: wire.Register) -> None:
         if message.node_id != session.node_id or message.protocol not in wire.ACCEPTED_PROTOCOLS:
@@ -254,7 +260,7 @@ class NodeHub:
         log.info("node %s generation %s ready", session.node_id, session.generation)
         # A refresh applied while this Node was pending reaches it now (R-NODE-4).
         await self._push_if_changed(session)
-        refused = _refusals(session.node_id, message.unavailable)
+        refused = self._refusals(session.node_id, message.unavailable)
         self._pool.node_ready(session.node_id, session.generation, refused)
 
     # --- runs --------------------------------------------------------------------------------
@@ -403,14 +409,3 @@ class NodeHub:
             self._spawn(session.transport.close(wire.CLOSE_SHUTDOWN))
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=2)
-
-
-MAX_REASON_CHARS = 300  # a Node's reason is shown on the status page: bounded
-
-
-def _refusals(node_id: str, unavailable: dict[str, str]) -> dict[str, str]:
-    """The providers a Node will not run (R-TLS-3), reasons bounded, each logged once here."""
-    refused = {pid: reason[:MAX_REASON_CHARS] for pid, reason in unavailable.items()}
-    for provider_id, reason in sorted(refused.items()):
-        log.warning("node %s will not run provider %s: %s", node_id, provider_id, reason)
-    return refused

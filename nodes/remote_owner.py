@@ -22,6 +22,7 @@ from nodes.envelope import SealRefused, SlotGrant
 from nodes.remote_wire import Cancel, Credit, End, Msg, Open, Output, Part, Taken
 from nodes.runs import NodeUnavailable, RunChannel, RunOrder
 from obskit.context import MAX_REQUEST_ID_CHARS, REQUEST_ID, RUN_ID
+from obskit.logs import printable
 
 log = logging.getLogger("iop.nodes.remote")
 
@@ -87,7 +88,10 @@ class ServedRuns:
         """Cancel on their Nodes the runs of requesters that are gone."""
         for key, served in list(self._served.items()):
             if key.requester in dead:
-                log.warning("run %s for Edge %s cancelled: %s", key.run_id, key.edge, message)
+                log.warning(  # ids from Redis: another Edge's text (R-TLS-9)
+                    "run %s for Edge %s cancelled: %s",
+                    printable(key.run_id, 64), printable(key.edge, 64), message,
+                )  # fmt: skip
                 self._stop(key, served)
 
     def held_back(self) -> int:
@@ -166,7 +170,10 @@ class ServedRuns:
                                     phase=wire.PHASE_CONNECT)  # fmt: skip
             await self._send(requester, "replies", End(run_id, False, refused))
         except RedisError as exc:
-            log.warning("run %s for Edge %s not relayed: %s", run_id, requester[0], exc)
+            log.warning(
+                "run %s for Edge %s not relayed: %s",
+                printable(run_id, 64), printable(requester[0], 64), exc,
+            )  # fmt: skip
             # Output was lost: the run ends here. Say so once more on a fresh connection (a
             # stale one after a Redis restart fails once), else the requester would wait on a
             # live owner for ever; if Redis is still away its own reader fails the run.

@@ -34,6 +34,14 @@ def log_format(environ: Mapping[str, str]) -> str:
     return value
 
 
+def printable(text: str, limit: int = 300) -> str:
+    """A peer's text fit for one log line (R-TLS-9): at most ``limit`` characters, and, when
+    it holds anything a line reader could take for another line or a control (a newline, a
+    terminal escape), its ``repr`` instead, so a forged line stays inside this one."""
+    clipped = text[:limit]
+    return clipped if clipped.isprintable() else repr(clipped)
+
+
 def _iso(created: float) -> str:
     seconds = int(created)
     millis = int((created - seconds) * 1000)

@@ -15,6 +15,9 @@ import os
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from obskit.logs import printable
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -123,5 +126,18 @@ def start_tracing(default_service: str, environ: Mapping[str, str] = os.environ)
 def _endpoint(environ: Mapping[str, str]) -> str:
     for name in ENDPOINT_VARIABLES:
         if environ.get(name, "").strip():
-            return environ[name].strip()[:200]
+            return shown_endpoint(environ[name].strip())
     return ""
+
+
+def shown_endpoint(url: str) -> str:
+    """The endpoint as a log line may show it (R-TLS-9): scheme, host, port and path; never
+    its user-info (``user:password@``), query or fragment, which may carry credentials."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(an endpoint that is not a URL)"
+    host = f"[{host}]" if ":" in host else host
+    return printable(f"{parts.scheme}://{host}{port}{parts.path}", 200)

@@ -59,8 +59,10 @@ LIVE_PARAMETERS: tuple[Parameter, ...] = (
     ),
     Parameter(
         "models[*].translate",
-        "serve operations a provider's driver lacks by translation (R-XLATE-1)",
-        "bool, default false",
+        "serve operations a provider's driver lacks by translation (R-XLATE-1); "
+        "what it would drop: named or refused (R-XLATE-5)",
+        "bool or {unsupported: drop|refuse}, default false",
+        subtree=True,
     ),
     Parameter(
         "models[*].max_output_tokens",

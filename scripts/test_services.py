@@ -20,6 +20,8 @@ DATABASE_VAR, REDIS_VAR = "IOP_TEST_DATABASE_URL", "IOP_TEST_REDIS_URL"
 DEFAULT_DATABASE = "postgresql://postgres@127.0.0.1:5432/iop"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 CHROMIUM = Path("/usr/bin/chromium")
+# scripts/install-clients.sh (R-CLIENT-1): Claude Code and the Codex CLI, pinned
+CLIENTS = Path(__file__).resolve().parent.parent / "var" / "clients" / "node_modules" / ".bin"
 TIMEOUT_S = 2
 
 
@@ -75,6 +77,11 @@ def skipped(env: dict[str, str]) -> list[str]:
             out.append(f"{group} ({why})")
     if not CHROMIUM.exists():
         out.append("browser tests (chromium not installed: sudo scripts/install-browser.sh)")
+    if not all((CLIENTS / name).exists() for name in ("claude", "codex")):
+        out.append(
+            "coding-agent CLI tests (not installed: scripts/install-clients.sh needs node and "
+            "npm; their recorded requests still run)"
+        )
     return out
 
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -124,3 +128,66 @@ async def test_missing_command_is_upstream_error():
     assert (err.value.code, err.value.message) == ("upstream_error", "the CLI program failed")
     assert "cannot start /nonexistent/tool-binary" in err.value.detail
     assert (err.value.retryable, err.value.phase) == (True, wire.PHASE_CONNECT)  # R-HEALTH-1
+
+
+def gone(path: str) -> bool:
+    return not os.path.lexists(path)
+
+
+async def test_each_run_has_a_private_empty_directory_removed_after_it_r_tls_8(
+    tmp_path, monkeypatch
+):
+    """R-TLS-8: made for the run (empty, 0700, not the Node's own working directory), another
+    one for the next run, removed with what the program left in it, also after a failure."""
+    adapter = CliAdapter(cli_provider("cwd"))
+    seen = []
+    for _ in range(2):
+        parts: list[str] = []
+        await adapter.run(spec(chat_body("x"), stream=False), parts.append)
+        seen.append(json.loads(json.loads(parts[0])["choices"][0]["message"]["content"]))
+    for run in seen:
+        assert run["entries"] == [] and run["mode"] == "0o700"
+        assert run["cwd"] != os.getcwd() and gone(run["cwd"])
+    assert seen[0]["cwd"] != seen[1]["cwd"]
+    before = set(os.listdir(tmp_path))
+    failing = CliAdapter(cli_provider("fail", "3"))
+    made: list[str] = []
+    real_mkdtemp = tempfile.mkdtemp
+
+    def mkdtemp(**kw: str) -> str:
+        made.append(real_mkdtemp(**kw, dir=str(tmp_path)))
+        return made[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    with pytest.raises(AdapterError):
+        await failing.run(spec(chat_body(), stream=False), lambda _t: None)
+    assert len(made) == 1 and set(os.listdir(tmp_path)) == before  # made, then gone
+
+
+async def test_a_directory_the_program_made_read_only_is_removed_too_r_tls_8(tmp_path):
+    """R-TLS-8: a program that locks a directory it made cannot make its run directory stay."""
+    code = (
+        "import os; os.makedirs('locked/inner'); open('locked/inner/f', 'w').close(); "
+        "os.chmod('locked/inner', 0o500); os.chmod('locked', 0o500); print(os.getcwd())"
+    )
+    provider = cli_provider()
+    adapter = CliAdapter(msgspec.structs.replace(provider, command=[sys.executable, "-c", code]))
+    parts: list[str] = []
+    await adapter.run(spec(chat_body(), stream=False), parts.append)
+    where = json.loads(parts[0])["choices"][0]["message"]["content"].strip()
+    assert Path(where).name.startswith("iop-run-") and gone(where)
+
+
+async def test_a_relative_program_path_still_names_the_file_beside_the_node_r_tls_8(
+    tmp_path, monkeypatch
+):
+    """R-TLS-8: the run's directory is not the Node's; `./tool` (as the policy allows it)
+    is the tool in the Node's working directory."""
+    tool = tmp_path / "tool"
+    tool.write_text("#!/bin/sh\necho relative-ok\n")
+    tool.chmod(0o700)
+    monkeypatch.chdir(tmp_path)
+    adapter = CliAdapter(msgspec.structs.replace(cli_provider(), command=["./tool"]))
+    parts: list[str] = []
+    await adapter.run(spec(chat_body(), stream=False), parts.append)
+    assert json.loads(parts[0])["choices"][0]["message"]["content"] == "relative-ok\n"

@@ -116,3 +116,50 @@ def test_the_agent_imports_nothing_from_django():
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
+
+
+OLD_STYLE_POLICY = 'policy:\n  commands: [["claude", "-p"], ["tool", "--version", "$"]]\n'
+WHAT_CHANGED = "policy.commands: an entry now allows exactly its argv; before this version"
+
+
+def test_check_says_what_changed_for_an_old_style_policy_r_tls_6(tmp_path):
+    """R-TLS-6: `iop-node --check` on a policy written when entries were prefixes prints one
+    line naming the entries that no longer allow further arguments, and still passes."""
+    config = tmp_path / "node.yaml"
+    config.write_text(
+        "node_id: n\nedge_url: ws://127.0.0.1:1/ws/node\ntoken: {env: IOP_TEST_NODE_TOKEN}\n"
+        + OLD_STYLE_POLICY
+    )
+    env = os.environ | {"IOP_TEST_NODE_TOKEN": "a-node-token"}
+    done = subprocess.run(
+        [*node_command(config), "--check"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("warning: " + WHAT_CHANGED)
+    assert "These entries no longer do: claude -p." in line
+
+
+@pytest.mark.slow
+async def test_a_node_with_an_old_style_policy_says_what_changed_once_at_start_r_tls_6(tmp_path):
+    """R-TLS-6: the running Node logs the same line once, at start, as a warning."""
+    async with FakeEdge(node_payload()) as edge:
+        config = write_config(tmp_path / "node.yaml", edge)
+        config.write_text(config.read_text() + OLD_STYLE_POLICY)
+        log_path = tmp_path / "node.log"
+        env = os.environ | {"IOP_TEST_NODE_TOKEN": edge.token}
+        with log_path.open("wb") as log_file:
+            proc = await asyncio.create_subprocess_exec(
+                *node_command(config), cwd=ROOT, env=env, stdout=log_file, stderr=log_file
+            )
+            try:
+                await edge.next_connection(within=30)
+                proc.send_signal(signal.SIGTERM)
+                async with asyncio.timeout(20):
+                    await proc.wait()
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+    lines = [line for line in log_path.read_text().splitlines() if WHAT_CHANGED in line]
+    assert len(lines) == 1 and " WARNING iop_node " in lines[0]

@@ -69,10 +69,13 @@ scalars = (
     | st.floats(allow_nan=False)
     | st.text(max_size=40)
 )
+# Keys the body scans and translators read (R-IN-7: a ``type`` holding an object was a 500).
+KEYS = st.sampled_from(["type", "properties", "items", "enum", "source", "image_url", "text"])
 json_values = st.recursive(
     scalars,
     lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+        st.lists(inner, max_size=4)
+        | st.dictionaries(KEYS | st.text(max_size=12), inner, max_size=4)
     ),
     max_leaves=20,
 )

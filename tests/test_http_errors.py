@@ -69,10 +69,12 @@ def test_only_the_429_rows_and_the_shared_pool_503s_carry_retry_after() -> None:
     """R-SCALE-3: the shared pool store's 503s come back by themselves: retry shortly."""
     # budget_exceeded: its refusal always states Retry-After to the period's end (R-BUD-1)
     limited = ("queue_full", "rate_limited", "budget_exceeded", "pool_unavailable",
-               "pool_recovering")  # fmt: skip
+               "pool_recovering", "queue_wait_exceeded")  # fmt: skip
     for code in limited:
         assert HttpError(code).headers() == [(b"retry-after", b"1")]
     assert all(HttpError(code).headers() == [] for code in ERRORS if code not in limited)
+    # R-QUEUE-1: at dispatch a capacity refusal's Retry-After is the queue's drain time
+    # (pool.http.queueing.with_retry_after; tests/test_queue_estimate.py)
 
 
 def test_every_pool_error_maps_to_its_own_row() -> None:

@@ -150,6 +150,22 @@ def test_the_node_only_install_runs_iop_node_without_django(node_machine: NodeMa
     assert agent.returncode == 0, agent.stderr
 
 
+def test_the_local_node_runs_the_example_cli_under_make_runs_policy_r_tls_6(
+    edge: JourneyEdge,
+) -> None:
+    """R-TLS-6..8 with `make run`'s defaults: the policy it writes lists each program as its
+    exact argv ("$" last, read as exact by Nodes of both versions), no environment name and
+    single secret files; the local Node starts without a policy warning and its cli provider
+    answers (in its own run directory) as the README says."""
+    policy = yaml.safe_load((edge.work / "var" / "node.yaml").read_text())["policy"]
+    assert policy["env"] == [] and policy["secrets"] == {"env": [], "files": []}
+    assert policy["commands"] and all(entry[-1] == "$" for entry in policy["commands"])
+    status, body = chat(edge, "echo")
+    assert status == 200 and body["choices"][0]["message"]["content"] == "hi\n"
+    node_log = (edge.dir / "node-local.log").read_text()
+    assert "policy.commands" not in node_log and "refused by node policy" not in node_log
+
+
 def test_adding_a_node_stages_it_and_a_draining_restart_activates_it(
     edge: JourneyEdge, node_machine: NodeMachine
 ) -> None:

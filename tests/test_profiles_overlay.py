@@ -323,7 +323,7 @@ def test_r_xlate_3_unknown_or_credential_extensions_are_refused_at_load():
         "q": {"base": "anthropic", "extensions": {"headers": {"x-api-key": "k", "x-ok": 1}}},
     }
     assert load_issues(_with_profiles(profiles)) == [
-        "protocol_profiles.p.extensions.retries: unknown extension (known: headers)",
+        "protocol_profiles.p.extensions.retries: unknown extension (known: headers, thinking)",
         "protocol_profiles.q.extensions.headers.x-api-key: carries a credential; "
         "use a provider credential",
         "protocol_profiles.q.extensions.headers.x-ok: must be an HTTP header name with a "
@@ -339,3 +339,38 @@ def test_profile_base_url_and_extensions_are_validated():
         "protocol_profiles.p.extensions: must hold only JSON values "
         "(strings, numbers, booleans, null, lists, mappings)",
     ]
+
+
+def test_r_xlate_4_a_thinking_switch_is_applied_or_refused_at_load():
+    """R-XLATE-4: ``extensions.thinking`` names a known switch, on a Chat profile only; the
+    profile then carries it to translation."""
+    profiles = {
+        "qwen": {"base": "openai", "extensions": {"thinking": "enable_thinking"}},
+        "bad": {"base": "openai", "extensions": {"thinking": "always"}},
+        "claude": {"base": "anthropic", "extensions": {"thinking": "glm"}},
+    }
+    assert load_issues(_with_profiles(profiles)) == [
+        "protocol_profiles.bad.extensions.thinking: must be one of reasoning_effort, glm, "
+        "enable_thinking, none",
+        "protocol_profiles.claude.extensions.thinking: applies to an openai_chat profile only "
+        "(translation to Chat)",
+    ]
+    document = _with_profiles({"qwen": profiles["qwen"]})
+    document["nodes"][0]["providers"][0]["profile"] = "qwen"
+    document["nodes"][0]["providers"][0].pop("type", None)
+    snapshot = load_snapshot(document)
+    spec = snapshot.providers["compat-a"]
+    assert spec.profile.thinking() == "enable_thinking"
+
+
+def test_r_xlate_5_translate_takes_an_object_that_says_what_to_do_with_drops():
+    document = example_document()
+    document["models"][0]["translate"] = {"unsupported": "refuse"}
+    document["models"][1]["translate"] = {}
+    snapshot = load_snapshot(document)
+    chat, echo = snapshot.models["chat-model"], snapshot.models["echo"]
+    assert (chat.translate, chat.refuse_dropped) == (True, True)
+    assert (echo.translate, echo.refuse_dropped) == (True, False)
+    document["models"][0]["translate"] = {"unsupported": "ignore", "other": 1}
+    issues = load_issues(document)
+    assert any(i.startswith("models[0].translate") for i in issues), issues

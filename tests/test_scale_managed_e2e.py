@@ -1,8 +1,9 @@
-"""Managed credential mode with several Edges, end to end (R-SCALE-7, R-MGD-4): three real
+"""Managed credential mode with several Edges, end to end (R-SCALE-7, R-MGD-4, R-MGD-14): three real
 Edges (runedge over https and wss) on one PostgreSQL database and one Redis, two managed
 iop-node Nodes listing every Edge (node-1 on Edge 0, node-2 on Edge 1), a route key used with
 the official OpenAI SDK on Edge 2, which holds no Node: every run crosses to the Edge holding
-its Node, which issues the lease envelope itself. Keys and certificates are minted in the test.
+its Node, which issues the lease envelope itself, and only for a (slot, provider) pair its own
+routes bind. Keys and certificates are minted in the test.
 
 Runs when ``IOP_TEST_DATABASE_URL`` and ``IOP_TEST_REDIS_URL`` are set."""
 
@@ -24,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from catalog.management.commands.iop_keys import write_pair
 from tests.support.cluster import Cluster, postgres_test_url, scale_out_marks, scale_out_redis_url
 from tests.support.managed import ISSUER_KEY_ID, ManagedKeys, mint_keys
+from tests.support.scale_failures import eventually
 from tests.support.tls import Pki
 
 DATABASE = postgres_test_url()
@@ -31,6 +33,8 @@ pytestmark = scale_out_marks()
 SECRET = "sk-scale-canary-7d41c09e5b"  # unique: searched for in every stream entry and log
 CAPACITY = 2
 NODES = ("node-1", "node-2")
+# A GLM Coding Plan provider beside glm-1 on node-1: the route's GLM General slot is not its.
+CODER = {"id": "coder-1", "profile": "glm_coding", "base_url": "{up:a}/v1"}
 
 
 class Managed:
@@ -56,12 +60,15 @@ class Managed:
         return [r.headers.get("authorization", "") for r in server.requests]
 
 
-def node(keys: ManagedKeys, provider_id: str, upstream: str, pki: Pki) -> dict[str, Any]:
+def node(
+    keys: ManagedKeys, provider_id: str, upstream: str, pki: Pki, *extra: dict[str, Any]
+) -> dict[str, Any]:
     base_url = f"{{up:{upstream}}}/v1"
     return {
         "id": keys.node_id,
         "providers": [
-            {"id": provider_id, "profile": "glm", "base_url": base_url, "capacity": CAPACITY}
+            {"id": provider_id, "profile": "glm", "base_url": base_url, "capacity": CAPACITY},
+            *extra,
         ],
         "config": {"tls": {"ca_file": str(pki.ca_file)}, "credential_plane": keys.node_plane()},
         "recipient": {"key_id": f"{keys.node_id}-recipient", "public_key_file": str(keys.node_pub)},
@@ -91,8 +98,11 @@ def managed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Managed]:
             "issuer": {"key_id": ISSUER_KEY_ID, "private_key_file": str(keys_1.issuer_key)},
             "keyring_file": str(keyring),
         },
-        nodes=[node(keys_1, "glm-1", "a", pki), node(keys_2, "glm-2", "b", pki)],
-        models=[{"id": "glm", "providers": {"glm-1": "glm-4.6", "glm-2": "glm-4.6"}}],
+        nodes=[node(keys_1, "glm-1", "a", pki, CODER), node(keys_2, "glm-2", "b", pki)],
+        models=[
+            {"id": "glm", "providers": {"glm-1": "glm-4.6", "glm-2": "glm-4.6"}},
+            {"id": "coder", "providers": {"coder-1": "glm-4.6"}},  # no route binds it a slot
+        ],
         log_level="DEBUG",  # the canary must not show up even at the most verbose level
     )
     cluster.manage("iop_keyring", "init", str(keyring), "--key-id", "k1")
@@ -155,3 +165,47 @@ def test_a_managed_request_on_the_edge_holding_the_node_is_sealed_locally_r_mgd_
     assert auth == [f"Bearer {SECRET}"] * 2
     for path in Path(managed.cluster.dir).glob("*.log"):
         assert SECRET not in path.read_text(errors="replace"), path.name
+
+
+def test_a_routed_order_naming_a_pair_no_route_binds_is_refused_and_logged_r_mgd_14(
+    managed: Managed,
+):
+    """R-MGD-14: a routed order copied from Redis with its provider changed to the GLM Coding
+    Plan provider (the route binds its GLM General slot to the glm profile only) reaches
+    Edge 0, which holds node-1: it ends credential_refused before anything is unsealed, the
+    refusal is in Edge 0's log, and the upstream never sees the run or the secret."""
+    cluster = managed.cluster
+    client = redis.Redis.from_url(str(cluster.redis_url))
+
+    def messages(key: bytes | str) -> list[dict[str, Any]]:
+        return [json.loads(fields[b"m"]) for _, fields in client.xrange(key)]
+
+    def orders() -> list[tuple[bytes, dict[str, Any]]]:
+        keys = client.keys(f"{cluster.redis_prefix}:edge:edge-0:*:runs")
+        return [(key, m) for key in keys for m in messages(key) if m["t"] == "open"]
+
+    try:
+        for _ in range(32):  # a routed order from Edge 2 to Edge 0 (node-1) to copy
+            if orders():
+                break
+            assert managed.chat(2)
+        runs, order = orders()[-1]
+        cluster.reset_upstreams()
+        forged = {**order, "run_id": "forged-r-mgd-14", "provider_id": "coder-1"}
+        assert forged["node_id"] == "node-1" and forged["grant"]["slot_id"] == "glm-main"
+        client.xadd(runs, {"m": json.dumps(forged)})
+        replies = f"{cluster.redis_prefix}:edge:{forged['reply_to']}:{forged['fence']}:replies"
+
+        def ends() -> list[dict[str, Any]]:
+            return [
+                m for m in messages(replies) if m["run_id"] == forged["run_id"] and m["t"] == "end"
+            ]
+
+        eventually(lambda: bool(ends()), "the forged run's end", state=cluster.logs)
+        (end,) = ends()
+    finally:
+        client.close()
+    assert end["ok"] is False and end["error"]["code"] == "credential_refused"
+    log = (Path(cluster.dir) / "edge-0.log").read_text()
+    assert "routed run refused: slot glm-main is not bound to provider coder-1" in log
+    assert managed.upstream_auth("a") == []

@@ -104,3 +104,21 @@ def test_export_failures_give_one_warning_a_minute(
     assert exporter.failed_batches == 5
     warnings = [r for r in caplog.records if r.name == "iop.tracing"]
     assert len(warnings) == 1 and "http://collector:4318" in warnings[0].getMessage()
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "shown"),
+    [
+        ("https://user:pw-secret@otel.example:4318/base?token=pw-secret#x",
+         "https://otel.example:4318/base"),
+        ("http://pw-secret@[::1]:4318", "http://[::1]:4318"),
+        ("http://[::1:4318/pw-secret", "(an endpoint that is not a URL)"),
+        ("http://h/\x1b[31mred", "'http://h/\\x1b[31mred'"),  # a terminal escape: escaped
+    ],
+)  # fmt: skip
+def test_the_endpoint_a_log_line_shows_has_no_user_info_query_or_raw_control_r_tls_9(
+    endpoint, shown
+):
+    from obskit.otel import shown_endpoint
+
+    assert shown_endpoint(endpoint) == shown

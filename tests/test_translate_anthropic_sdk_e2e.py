@@ -208,18 +208,22 @@ def test_without_translate_a_chat_provider_serves_no_messages_r_xlate_1(
 @pytest.mark.parametrize(
     ("extra", "param"),
     [
-        ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
-        ({"top_k": 5}, "top_k"),
+        ({"container": "container-1"}, "container"),
+        ({"thinking": {"type": "sometimes"}}, "thinking.type"),
         (
-            {"tools": [{"type": "web_search_20250305", "name": "web_search"}]},
-            "tools[0].type",
+            {
+                "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+                "tool_choice": {"type": "tool", "name": "web_search"},
+            },
+            "tool_choice.name",
         ),
     ],
 )
 def test_what_has_no_counterpart_is_refused_naming_the_field_r_xlate_2(
     stack: Stack, http: Any, extra: dict[str, Any], param: str
 ) -> None:
-    """R-XLATE-2: 400 unsupported_operation naming the field, never silently dropped."""
+    """R-XLATE-2: 400 unsupported_operation naming the field, never silently dropped (what
+    is only advice is dropped and named: test_client_fixtures_e2e.py)."""
     body = {
         "model": "claude-over-chat",
         "max_tokens": 8,

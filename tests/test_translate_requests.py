@@ -79,7 +79,7 @@ def test_an_anthropic_request_becomes_a_chat_request_r_xlate_1() -> None:
         "metadata": {"user_id": "u-1"},
         "stream": True,
     }
-    chat = mvc.chat_request(request, "served")
+    chat, _ = mvc.chat_request(request, "served")
     assert chat == {
         "temperature": 0.2,
         "max_tokens": 256,
@@ -136,10 +136,26 @@ def test_an_anthropic_request_becomes_a_chat_request_r_xlate_1() -> None:
 @pytest.mark.parametrize(
     ("change", "param"),
     [
-        ({"thinking": {"type": "enabled", "budget_tokens": 2000}}, "thinking"),
-        ({"top_k": 3}, "top_k"),
+        ({"container": "c-1"}, "container"),
+        ({"mcp_servers": [{"type": "url", "url": "https://x.test"}]}, "mcp_servers"),
+        ({"thinking": {"type": "sometimes"}}, "thinking.type"),
         ({"stop_sequences": ["a", "b", "c", "d", "e"]}, "stop_sequences"),
-        ({"tools": [{"type": "bash_20250124", "name": "bash"}]}, "tools[0].type"),
+        (  # R-IN-7: an object where a string is expected was a TypeError (a 500)
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "image",
+                                "source": {"type": "base64", "media_type": {"a": 1}, "data": "x"},
+                            }
+                        ],
+                    }
+                ]
+            },
+            "messages[0].content[0].source.media_type",
+        ),
         (
             {"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]},
             "messages[0].content[0].type",
@@ -169,7 +185,8 @@ def test_an_anthropic_request_becomes_a_chat_request_r_xlate_1() -> None:
 def test_anthropic_fields_without_a_chat_counterpart_are_refused_r_xlate_2(
     change: dict[str, Any], param: str
 ) -> None:
-    """R-XLATE-2: refused naming the field, never dropped."""
+    """R-XLATE-2: what the provider cannot do and the client relies on is refused naming the
+    field (what is only advice is dropped visibly: tests/test_translate_fields.py)."""
     request = {
         "model": "m",
         "max_tokens": 8,

@@ -17,6 +17,7 @@ from pool.translate import messages_via_chat as mvc
 from pool.translate import responses_via_chat as rvc
 from pool.translate.channel import TranslatedChannel
 from pool.translate.common import TranslationError
+from pool.translate.fields import Options
 from pool.translate.messages_via_chat_stream import MessagesViaChatStream
 from pool.translate.plan import route, served_capabilities, translated_needs
 
@@ -59,7 +60,7 @@ def test_a_responses_request_becomes_a_chat_request_r_xlate_1() -> None:
         },
         "store": False,
     }
-    chat = rvc.chat_request(request, "served")
+    chat, _ = rvc.chat_request(request, "served")
     assert chat["messages"] == [
         {"role": "system", "content": "Be kind."},
         {
@@ -126,7 +127,9 @@ def test_a_chat_completion_becomes_a_response_with_a_function_call() -> None:
         ],
         "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6},
     }
-    response = json.loads(rvc.responses_response(json.dumps(body), rvc.echo_fields({})))
+    response = json.loads(
+        rvc.responses_response(json.dumps(body), rvc.Answering(rvc.echo_fields({})))
+    )
     assert response["id"] == "resp_7" and response["object"] == "response"
     assert response["status"] == "completed"
     assert response["output"] == [
@@ -195,10 +198,10 @@ def test_an_image_the_provider_would_drop_is_refused_r_xlate_2(
     content = [{"type": "text", "text": "see"}, {"type": "image", "source": source}]
     request = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": content}]}
     if not refused:
-        mvc.chat_request(request, "served", mvc.images_for(driver))
+        mvc.chat_request(request, "served", Options(images=mvc.images_for(driver)))
         return
     with pytest.raises(TranslationError) as caught:
-        mvc.chat_request(request, "served", mvc.images_for(driver))
+        mvc.chat_request(request, "served", Options(images=mvc.images_for(driver)))
     assert caught.value.param == "messages[0].content[1].source.type"
     responses = {
         "model": "m",
@@ -215,5 +218,5 @@ def test_an_image_the_provider_would_drop_is_refused_r_xlate_2(
         ],
     }
     with pytest.raises(TranslationError) as again:
-        rvc.chat_request(responses, "served", mvc.images_for(driver))
+        rvc.chat_request(responses, "served", Options(images=mvc.images_for(driver)))
     assert again.value.param == "input[0].content[0].image_url"

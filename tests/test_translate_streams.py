@@ -12,6 +12,7 @@ import pytest
 from pool.translate.chat_via_messages_stream import ChatViaMessagesStream
 from pool.translate.common import SseReader, TranslationError
 from pool.translate.messages_via_chat_stream import MessagesViaChatStream
+from pool.translate.responses_via_chat import Answering
 from pool.translate.responses_via_chat_stream import ResponsesViaChatStream
 
 
@@ -286,7 +287,7 @@ ECHO = {"instructions": None, "tools": [], "tool_choice": "auto", "parallel_tool
 def test_chat_text_stream_becomes_responses_events_r_xlate_1() -> None:
     """R-XLATE-1: the documented event sequence with rising sequence numbers, ending with
     response.completed that carries the whole output and usage."""
-    got = events(run(ResponsesViaChatStream("m", ECHO), CHAT_TEXT_STREAM))
+    got = events(run(ResponsesViaChatStream("m", Answering(ECHO)), CHAT_TEXT_STREAM))
     assert [e["type"] for e in got] == [
         "response.created",
         "response.in_progress",
@@ -311,7 +312,7 @@ def test_chat_text_stream_becomes_responses_events_r_xlate_1() -> None:
 
 def test_chat_tool_stream_becomes_function_call_items_r_xlate_1() -> None:
     """R-XLATE-1: each parallel call is a function_call item with argument deltas and done."""
-    got = events(run(ResponsesViaChatStream("m", ECHO), CHAT_TOOLS_STREAM, 5))
+    got = events(run(ResponsesViaChatStream("m", Answering(ECHO)), CHAT_TOOLS_STREAM, 5))
     added = [e["item"] for e in got if e["type"] == "response.output_item.added"]
     assert [(i["type"], i["call_id"]) for i in added] == [
         ("function_call", "call_DdmO9pD3xa9XTPNJ32zg2hcA"),
@@ -329,7 +330,7 @@ def test_chat_tool_stream_becomes_function_call_items_r_xlate_1() -> None:
 
 def test_a_length_finish_is_an_incomplete_response() -> None:
     text = sse(chunk({"content": "a"}), chunk({}, "length")) + "data: [DONE]\n\n"
-    got = events(run(ResponsesViaChatStream("m", ECHO), text))
+    got = events(run(ResponsesViaChatStream("m", Answering(ECHO)), text))
     assert got[-1]["type"] == "response.incomplete"
     assert got[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
 
@@ -337,7 +338,7 @@ def test_a_length_finish_is_an_incomplete_response() -> None:
 def test_a_failure_ends_a_responses_stream_with_response_failed_r_xlate_1() -> None:
     """R-XLATE-1: the Responses API's own end of a failed stream, with the output so far and
     the next sequence number; nothing after it, and nothing once the stream has ended."""
-    translator = ResponsesViaChatStream("m", ECHO)
+    translator = ResponsesViaChatStream("m", Answering(ECHO))
     started = events(translator.feed(sse(chunk({"role": "assistant"}), chunk({"content": "a"}))))
     failed = events(translator.failed("upstream_error", "the upstream stopped"))
     assert [e["type"] for e in failed] == ["response.failed"]
@@ -348,7 +349,7 @@ def test_a_failure_ends_a_responses_stream_with_response_failed_r_xlate_1() -> N
     assert [item["type"] for item in response["output"]] == ["message"]
     assert translator.failed("upstream_error", "again") == ""
     assert translator.feed(sse(chunk({"content": "late"}))) == ""
-    done = ResponsesViaChatStream("m", ECHO)
+    done = ResponsesViaChatStream("m", Answering(ECHO))
     run(done, CHAT_TEXT_STREAM)
     assert done.failed("upstream_error", "after the end") == ""
 

@@ -175,13 +175,15 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
         model = model_item.doc
         assert isinstance(model, ModelDoc)
         document["models"].append(_dump(model))
+        translate = model.translate
         models[model.id] = ModelGroupSpec(
             model.id,
             model.usage_attribution,
             freeze(model.providers),
-            model.translate,
+            translate is not False,
             fallback_chain(model.id, declared),
-            model.max_output_tokens,
+            refuse_dropped=not isinstance(translate, bool) and translate.unsupported == "refuse",
+            max_output_tokens=model.max_output_tokens,
         )
         for provider_id, served_model in model.providers.items():
             served.setdefault(provider_id, {})[model.id] = served_model

@@ -98,6 +98,8 @@ class ModelGroupSpec:
     # R-FALL-1: the groups tried after this one, in order: its ``fallbacks`` with each one's
     # own chain after it, each group once (resolved at load; loops are refused there).
     fallbacks: tuple[str, ...] = ()
+    # R-XLATE-5: ``translate: {unsupported: refuse}``: what translation would drop is refused
+    refuse_dropped: bool = False
     max_output_tokens: int | None = None  # R-LIM-5: None = the client's own bound
 
 

@@ -35,6 +35,7 @@ from nodes.agent.router import Router
 from nodes.agent.secrets import SecretError, resolve_secret
 from nodes.agent.tracing import RunTracer
 from nodes.agent.watchdog import Watchdog
+from obskit.logs import printable
 
 if TYPE_CHECKING:
     from obskit.otel import Tracing
@@ -248,7 +249,10 @@ class NodeClient:
                     await send(wire.Pong(ts=first.ts))
                 first = wire.decode_from_edge(await ws.recv())
         if isinstance(first, wire.ErrorMessage):
-            log.error("the Edge refused registration: %s: %s", first.code, first.message)
+            log.error(  # the Edge's text (R-TLS-9)
+                "the Edge refused registration: %s: %s",
+                printable(first.code, 64), printable(first.message),
+            )  # fmt: skip
             return
         if not isinstance(first, wire.RegisterResponse):
             await ws.close(wire.CLOSE_PROTOCOL_ERROR, "expected register_response")
@@ -276,7 +280,7 @@ class NodeClient:
         log.info(
             "ready: generation %d, revision %s, %d providers",
             first.generation,
-            registry.revision,
+            printable(registry.revision, 100),
             len(registry.adapters),
         )
         reader = asyncio.create_task(self._read(ws, router, first.heartbeat_timeout_s))

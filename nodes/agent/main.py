@@ -15,6 +15,7 @@ from nodes.agent.client import NodeClient
 from nodes.agent.config import NodeConfig, NodeConfigError, load_config
 from nodes.agent.credentials import load_opener
 from nodes.agent.keygen import keygen
+from nodes.agent.policy_argv import start_notes
 from nodes.agent.secrets import SecretError, resolve_secret
 from nodes.envelope import KeyFileError, KeyFileExposed
 from nodes.heap import settle_heap
@@ -94,7 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         resolve_secret(config.token.as_secret_ref(), what="token")
     except SecretError as exc:
         return _refuse(fmt, f"{args.config}: {exc}")
+    notes = start_notes(config.policy.commands) if config.policy is not None else []
     if args.check:
+        for note in notes:
+            print(f"warning: {note}", file=sys.stderr)
         print(f"{args.config}: ok")
         return 0
     try:  # R-OBS-2: only when OTEL_* asks for traces
@@ -104,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     configure(fmt, args.log_level, sys.stderr)
     NODE.set(config.node_id)  # every task of the Node inherits it (its log lines name it)
     log.info("iop-node %s starting (node %s, %s loop)", __version__, config.node_id, loop_name)
+    for note in notes:  # R-TLS-6: what a commands entry grants, said once at start
+        log.warning("%s", note)
     try:
         asyncio.run(_run(config, args.shutdown_grace, tracing))
     finally:

@@ -2,13 +2,14 @@
 
 ``policy`` in node.yaml is an allowlist. When it is present, a provider is refused on this
 Node unless every program it would start (its ``command`` and its ``probe_command``, as the
-exact argv) starts with an allowed argv prefix (or equals an exact one), every URL it would
-dial matches an allowed ``[scheme://]host[:port]`` pattern (a bare pattern allows https
-only), and every secret it names is an allowed ``{env}`` name or a ``{file}`` inside an
-allowed directory. A kind left out of the policy allows nothing of that kind. Without
-``policy`` the Node runs what its Edge sends, except what no policy may allow: a URL that is
-not http(s), and a declared environment name that changes how programs load
-(``secretref.envnames``).
+exact argv) is an allowed argv (or starts with an entry ending in ``"..."``, R-TLS-6,
+``nodes.agent.policy_argv``), every environment name it would set is in ``policy.env``
+(R-TLS-7), every URL it would dial matches an allowed ``[scheme://]host[:port]`` pattern (a
+bare pattern allows https only), and every secret it names is an allowed ``{env}`` name, an
+allowed ``{file}`` or a file inside an allowed directory. A kind left out of the policy allows
+nothing of that kind. Without ``policy`` the Node runs what its Edge sends, except what no
+policy may allow: a URL that is not http(s) (or not a URL at all, R-TLS-9), and a declared
+environment name that changes how programs load (``secretref.envnames``).
 
 ``Gate.check`` is the one check: the registry calls it for every provider of every payload
 it installs (at start and on every pushed revision), the cli adapter before it starts any
@@ -20,6 +21,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import os
+import re
 import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,13 +30,17 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from nodes.agent import policy_argv
+from nodes.agent.policy_argv import EXACT
 from nodes.wire import NodePayload, ProviderPayload, SecretRefPayload
+from obskit.logs import printable
 from secretref.envnames import refused_name
 
 _NonEmpty = Annotated[str, Field(strict=True, min_length=1)]
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 MAX_CACHED_URLS = 1024  # verdicts a Gate keeps (each run dials a URL of its payload)
-EXACT = "$"  # a last argv element "$" makes a commands entry the exact argv, not a prefix
+MAX_SHOWN_URL = 120  # characters of a URL that cannot be parsed, in its refusal
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class _Strict(BaseModel):
@@ -43,9 +49,10 @@ class _Strict(BaseModel):
 
 class SecretsPolicy(_Strict):
     env: list[_NonEmpty] = []  # names or fnmatch patterns (``OPENAI_*``)
-    file_dirs: list[_NonEmpty] = []
+    files: list[_NonEmpty] = []  # single files (what iop_node_policy prints, R-TLS-8)
+    file_dirs: list[_NonEmpty] = []  # any file inside
 
-    @field_validator("file_dirs")
+    @field_validator("files", "file_dirs")
     @classmethod
     def _absolute(cls, value: list[str], info: ValidationInfo) -> list[str]:
         base = (info.context or {}).get("base_dir", ".")
@@ -67,23 +74,26 @@ class HostPattern:
 
 
 class NodePolicy(_Strict):
-    commands: list[list[_NonEmpty]] = []  # argv prefixes (exact with a last "$"); str: shlex
+    commands: list[list[_NonEmpty]] = []  # exact argv; a last "..." = prefix; str: shlex
+    env: list[_NonEmpty] = []  # names an Edge may set for a program (R-TLS-7), exact
     hosts: list[_NonEmpty] = []  # [http://|https://]host[:port], *.domain, [v6]:port
     secrets: SecretsPolicy = SecretsPolicy()
 
     @field_validator("commands", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:
-        if not isinstance(value, list):
-            return value
-        out = []
-        for item in value:
-            if isinstance(item, str):
-                item = shlex.split(item)
-            if isinstance(item, list) and not [part for part in item if part != EXACT]:
-                raise ValueError("an argv prefix must not be empty")
-            out.append(item)
-        return out
+        return policy_argv.split_entries(value)
+
+    @field_validator("env")
+    @classmethod
+    def _names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"{name!r}: an exact environment variable name, no pattern")
+            reason = refused_name(name)
+            if reason is not None:
+                raise ValueError(f"{reason}: no policy may allow it")
+        return value
 
     @field_validator("hosts")
     @classmethod
@@ -93,13 +103,11 @@ class NodePolicy(_Strict):
         return [p.strip().lower() for p in value]
 
     def command_refusal(self, argv: list[str]) -> str | None:
-        for allowed in self.commands:
-            if allowed[-1] == EXACT:
-                if argv == allowed[:-1]:
-                    return None
-            elif argv[: len(allowed)] == allowed:
-                return None
-        return "is not an allowed command"
+        return policy_argv.refusal(self.commands, argv)
+
+    def env_refusal(self, name: str) -> str | None:
+        """R-TLS-7: an allowlist, exact names (the base names are never declared)."""
+        return None if name in self.env else f"{name} is not in policy.env"
 
     def host_allowed(self, scheme: str, host: str, port: int | None) -> bool:
         return any(parse_host(p).matches(scheme, host, port) for p in self.hosts)
@@ -111,10 +119,12 @@ class NodePolicy(_Strict):
             return f"{what}: secret env {ref.env} is not an allowed name"
         if ref.file is not None:
             path = os.path.realpath(os.path.expanduser(ref.file))
+            if path in self.secrets.files:
+                return None
             for directory in self.secrets.file_dirs:
                 if os.path.commonpath([path, directory]) == directory:
                     return None
-            return f"{what}: secret file {ref.file} is not inside an allowed directory"
+            return f"{what}: secret file {ref.file} is not an allowed file"
         return None
 
     def refusal(self, provider: ProviderPayload) -> str | None:
@@ -214,12 +224,14 @@ class Gate:
             return f"{use.what} is empty"
         for name in use.env:
             reason = refused_name(name)
+            if reason is None and self.policy is not None:
+                reason = self.policy.env_refusal(name)
             if reason is not None:
                 return f"{use.what} environment: {reason}"
         if self.policy is not None:
             reason = self.policy.command_refusal(list(use.argv))
             if reason is not None:
-                return f"{use.what} {shlex.join(use.argv)} {reason}"
+                return f"{use.what} {printable(shlex.join(use.argv))} {reason}"
         return None
 
     def provider(self, provider: ProviderPayload) -> str | None:
@@ -239,12 +251,12 @@ class Gate:
         return None
 
     def _url(self, url: str) -> str | None:
-        parts = urlsplit(url)
-        scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
-        try:
+        try:  # R-TLS-9: a URL that cannot be normalised is a refusal, not an exception
+            parts = urlsplit(url)
+            scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
             port = parts.port or _DEFAULT_PORTS.get(scheme)
         except ValueError:
-            port = None
+            return f"upstream {url[:MAX_SHOWN_URL]!r} is not a URL the policy can read"
         shown = f"[{host}]" if ":" in host else host
         if scheme not in _DEFAULT_PORTS:
             return f"upstream {scheme}://{shown} is not http or https"
@@ -265,34 +277,43 @@ def require(gate: Gate, provider: ProviderPayload, use: Use) -> None:
 
 def policy_for(payload: NodePayload) -> dict[str, Any]:
     """The narrowest policy that allows exactly ``payload``'s providers (node.yaml shape):
-    each command and probe command as its exact argv, each upstream with its scheme."""
+    each command and probe command as its exact argv (with the ``"$"`` a Node of the
+    previous version also reads as exact), each environment name a program gets, each
+    upstream with its scheme, each secret file by itself (R-TLS-8)."""
     commands: list[list[str]] = []
+    names: set[str] = set()
     hosts: set[str] = set()
     env: set[str] = set()
-    dirs: set[str] = set()
+    files: set[str] = set()
     for provider in payload.providers:
         for argv in (provider.command, provider.probe_command):
             if argv and [*argv, EXACT] not in commands:
                 commands.append([*argv, EXACT])
+        if provider.command or provider.probe_command:
+            names.update(declared_env(provider))
         for url in provider.operations.values():
-            if url:
-                hosts.add(_host_entry(url))
+            if url and (entry := _host_entry(url)):
+                hosts.add(entry)
         refs = [provider.credential, *provider.env.values()]
         for ref in refs:
             if ref is not None and ref.env:
                 env.add(ref.env)
             elif ref is not None and ref.file:
-                dirs.add(os.path.dirname(os.path.abspath(os.path.expanduser(ref.file))))
+                files.add(os.path.abspath(os.path.expanduser(ref.file)))
     return {
         "commands": commands,
+        "env": sorted(names),
         "hosts": sorted(hosts),
-        "secrets": {"env": sorted(env), "file_dirs": sorted(dirs)},
+        "secrets": {"env": sorted(env), "files": sorted(files)},
     }
 
 
-def _host_entry(url: str) -> str:
-    parts = urlsplit(url)
-    scheme, host = parts.scheme.lower(), parts.hostname or ""
-    port = parts.port or _DEFAULT_PORTS.get(scheme)
+def _host_entry(url: str) -> str | None:
+    try:  # a URL the Node cannot read is refused there: nothing to allow
+        parts = urlsplit(url)
+        scheme, host = parts.scheme.lower(), parts.hostname or ""
+        port = parts.port or _DEFAULT_PORTS.get(scheme)
+    except ValueError:
+        return None
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     return where if scheme == "https" else f"{scheme}://{where}"

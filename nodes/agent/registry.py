@@ -14,6 +14,7 @@ from nodes.agent.limits import DEFAULT_LIMITS, Limits
 from nodes.agent.policy import Gate, NodePolicy
 from nodes.agent.secrets import SecretError
 from nodes.wire import NodePayload, ProviderPayload
+from obskit.logs import printable
 
 log = logging.getLogger("iop_node.registry")
 
@@ -47,16 +48,17 @@ class Registry:
         self.providers = {provider.id: provider for provider in payload.providers}
         self.errors: dict[str, str] = {}  # provider id -> why it cannot run here
         for provider in payload.providers:
+            shown = printable(provider.id, 100)  # the Edge's text, in this Node's log (R-TLS-9)
             refusal = self.gate.provider(provider)
             if refusal is not None:  # R-TLS-3: never built, so it never runs nor is probed
                 self.errors[provider.id] = f"refused by node policy: {refusal}"
-                log.error("provider %s refused by node policy: %s", provider.id, refusal)
+                log.error("provider %s refused by node policy: %s", shown, printable(refusal))
                 continue
             try:
                 self.adapters[provider.id] = _build_adapter(provider, self.http, limits, self.gate)
             except (SecretError, ValueError) as exc:
                 self.errors[provider.id] = str(exc)  # names references, never values
-                log.error("provider %s is unusable on this node: %s", provider.id, exc)
+                log.error("provider %s is unusable on this node: %s", shown, printable(str(exc)))
         self.active = 0
         self._closed = asyncio.Event()
         self._idle = asyncio.Event()

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from . import health
 from .errors import NotAdmitted, PoolError, QueueFull, QueueTimeout, UnknownModel
+from .estimate import ServiceTimes
 from .health import HealthLedger
 from .model import HealthPolicy, Lease, PoolPolicy, PoolSnapshot, ProviderStatus
 from .readiness import Readiness
@@ -73,6 +74,7 @@ class PoolCore(HealthLedger):
         self._health = HealthPolicy()
         self._ejected: dict[tuple[str, str], ProviderState] = {}  # rows out until ``until``
         self.ejections_total: dict[str, int] = {}  # provider id -> ejections (a counter)
+        self.service = ServiceTimes(clock)  # lease durations: the wait estimate (R-QUEUE-3)
         self._install(policy)
         self._reevaluate()
 
@@ -142,6 +144,7 @@ class PoolCore(HealthLedger):
         if lease.long:
             state.long_in_flight -= 1
         self._in_flight -= 1
+        self.service.took(lease.provider_id, lease.started)
         if state.trial == lease.request_id:  # a trial ended with no verdict: let another through
             state.trial = 0
             if state.health == PROBING:
@@ -249,6 +252,37 @@ class PoolCore(HealthLedger):
             oldest = max(0.0, (now - next(iter(self._queue.values())).enqueued_at) * 1e3)
         return PoolSnapshot(tuple(rows), len(self._queue), oldest)
 
+    def estimate(
+        self, model: str, needs: frozenset[str], long: bool, exclude: frozenset[str] = NO_EXCLUSION
+    ) -> float | None:
+        """Seconds a request of this kind arriving now would wait (R-QUEUE-3): 0 with a free
+        slot, else its competing waiters ahead plus itself over its candidates' measured
+        completion rate; None when unknown (no candidate, or none measured yet)."""
+        key = (model, needs, long, exclude)
+        cands = self._cands.get(key)
+        if cands is None:
+            cands = self._resolve(key, strict=False)
+        if not cands:
+            return None
+        if select(cands, long) is not None:
+            return 0.0
+        classes = {cls for s in cands for cls in s.classes}  # disjoint: distinct waiters
+        ahead = sum(len(cls.waiters) for cls in classes)
+        return self.service.wait(ahead, ((s.provider_id, s.capacity) for s in cands))
+
+    def position(self, waiter: Waiter) -> int:
+        """1 + the queued waiters ahead of ``waiter`` that compete for its providers
+        (R-QUEUE-4); 0 once it is no longer queued."""
+        if waiter.seq not in self._queue:
+            return 0
+        classes = {cls for s in waiter.cls.candidates for cls in s.classes}
+        return 1 + sum(1 for cls in classes for seq in cls.waiters if seq < waiter.seq)
+
+    def drain_s(self) -> float | None:
+        """Seconds until the whole queue has drained at the measured rates (R-QUEUE-1)."""
+        live = ((s.provider_id, s.capacity) for s in self._states.values() if s.live)
+        return self.service.wait(len(self._queue), live)
+
     def idle(self) -> bool:
         """No lease outstanding and no waiter queued."""
         return self._in_flight == 0 and not self._queue
@@ -274,7 +308,7 @@ class PoolCore(HealthLedger):
         self._picks += 1
         state.last_pick = self._picks
         self._in_flight += 1
-        return Lease(request_id, state.node_id, state.provider_id, model, long)
+        return Lease(request_id, state.node_id, state.provider_id, model, long, self._clock())
 
     def _pump(self, seeds: Iterable[WaitClass]) -> None:
         """Dispatch the earliest dispatchable waiter, repeatedly, among the seed classes.

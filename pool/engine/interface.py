@@ -35,8 +35,11 @@ class PoolEngine(Protocol):
         owner: str | None = None,
         max_queued: int | None = None,
         exclude: frozenset[str] = frozenset(),
+        on_queued: Callable[[Callable[[], int | None]], None] | None = None,
     ) -> Lease:
-        """Lease a provider of ``model`` able to serve ``needs``, waiting in the queue."""
+        """Lease a provider of ``model`` able to serve ``needs``, waiting in the queue; when
+        it queues, ``on_queued`` gets a function telling its position (1 = next; None when
+        the engine cannot tell), for the queue events of R-QUEUE-4."""
         ...
 
     def release(self, lease: Lease) -> bool:
@@ -103,6 +106,18 @@ class PoolEngine(Protocol):
     async def fresh_snapshot(self) -> PoolSnapshot:
         """The snapshot at most the engine's stated age old (R-SCALE-8): a read never answers
         an older view; ``PoolBackendUnavailable`` when it cannot be read in time."""
+        ...
+
+    def estimate_wait(
+        self, model: str, needs: frozenset[str] = frozenset(), long: bool = False
+    ) -> float | None:
+        """Seconds a request of ``model`` arriving now would wait in the queue: 0 with a free
+        slot; None when unknown (R-QUEUE-3, pool/engine/estimate.py)."""
+        ...
+
+    def drain_s(self) -> float | None:
+        """Seconds until the queue has drained at the measured rates; None when unknown
+        (R-QUEUE-1: ``Retry-After`` of a capacity refusal)."""
         ...
 
     def idle(self) -> bool:

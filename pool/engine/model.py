@@ -74,6 +74,7 @@ class Lease:
     provider_id: str
     model: str
     long: bool
+    started: float = 0.0  # on the engine's clock; 0 = not measured (R-QUEUE-3)
     _released: bool = field(default=False, init=False, repr=False)
 
     @property

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING
 
 from .core import PoolCore
@@ -64,6 +65,7 @@ class ProviderPool:
         owner: str | None = None,
         max_queued: int | None = None,
         exclude: frozenset[str] = frozenset(),
+        on_queued: Callable[[Callable[[], int | None]], None] | None = None,
     ) -> Lease:
         """Lease a provider of ``model`` able to serve ``needs``, waiting in the root queue.
 
@@ -74,6 +76,8 @@ class ProviderPool:
         outcome = self._core.admit(model, needs, long, owner, max_queued, exclude)
         if isinstance(outcome, Lease):
             return outcome
+        if on_queued is not None:  # R-QUEUE-4: where it stands, asked while it waits
+            on_queued(partial(self._core.position, outcome))
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Lease] = loop.create_future()
         outcome.handle = fut
@@ -167,6 +171,16 @@ class ProviderPool:
     def reachable(self) -> bool:
         """Always: the pool lives in this process."""
         return True
+
+    def estimate_wait(
+        self, model: str, needs: frozenset[str] = frozenset(), long: bool = False
+    ) -> float | None:
+        """Seconds a request arriving now would wait; None when unknown (R-QUEUE-3)."""
+        return self._core.estimate(model, needs, long)
+
+    def drain_s(self) -> float | None:
+        """Seconds until the queue has drained at the measured rates (R-QUEUE-1)."""
+        return self._core.drain_s()
 
     def idle(self) -> bool:
         """No lease and no waiter."""

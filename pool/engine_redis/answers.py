@@ -34,7 +34,7 @@ def admitted(pool: RedisPool, fut: asyncio.Future[Lease], model: str, long: bool
     """The admit script's answer: a lease, a queued waiter, or a refusal."""
     kind = out[0]
     if kind == "lease":
-        lease = Lease(int(out[1]), out[2], out[3], model, long)
+        lease = Lease(int(out[1]), out[2], out[3], model, long, pool.service.now())
         pool._held[lease.request_id] = (lease, pool._epoch or "")
         if fut.done():
             pool.release(lease)  # the caller went away while the admit was on its way
@@ -65,7 +65,7 @@ def fate(pool: RedisPool, ev: list[Any]) -> None:
         return
     remember(pool, wid)
     if ev[0] == "g":
-        lease = Lease(int(wid), ev[2], ev[3], w.model, bool(ev[4]))
+        lease = Lease(int(wid), ev[2], ev[3], w.model, bool(ev[4]), pool.service.now())
         pool._held[lease.request_id] = (lease, str(ev[5]))
         if w.fut.done():
             pool.release(lease)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from redis.asyncio import Redis
 
 from pool.engine.errors import PoolBackendUnavailable
+from pool.engine.estimate import ServiceTimes
 from pool.engine.model import Lease, PoolPolicy, PoolSnapshot
 from pool.engine.readiness import Readiness
 
@@ -96,6 +97,8 @@ class RedisPool:
         self._tasks: list[asyncio.Task[None]] = []
         self._ticker: asyncio.Task[None] | None = None
         self._subscribed: asyncio.Event | None = None
+        # This Edge's lease durations: the wait estimate (R-QUEUE-3) with the shared view
+        self.service = ServiceTimes(clock)
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -173,10 +176,13 @@ class RedisPool:
         owner: str | None = None,
         max_queued: int | None = None,
         exclude: frozenset[str] = frozenset(),
+        on_queued: Callable[[Callable[[], int | None]], None] | None = None,
     ) -> Lease:
         """Lease a provider of ``model`` able to serve ``needs``, waiting in the one global
         queue (R-POOL-5 across Edges); ``PoolBackendUnavailable`` at once when Redis is
-        unreachable, ``PoolRecovering`` while it recovers from a loss of data."""
+        unreachable, ``PoolRecovering`` while it recovers from a loss of data. A waiter's
+        position is not known here without a read of Redis: ``on_queued`` is not called
+        (its queue events carry the estimate only, R-QUEUE-4)."""
         if self._down or self.fenced:
             raise PoolBackendUnavailable()
         fut: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
@@ -205,7 +211,28 @@ class RedisPool:
         held = self._held.pop(lease.request_id, None)
         if held is not None and held[0] is lease:
             self._submit(Job("release", [str(lease.request_id)]))
+        self.service.took(lease.provider_id, lease.started)
         return True
+
+    def estimate_wait(
+        self, model: str, needs: frozenset[str] = frozenset(), long: bool = False
+    ) -> float | None:
+        """Seconds a request arriving now would wait (R-QUEUE-3), from the shared view (at
+        most ``VIEW_MAX_AGE_S`` old) and this Edge's measured lease durations."""
+        pids = set(self._policy.groups.get(model, ()))
+        rows = [r for r in self.snapshot().providers if r.provider_id in pids and r.online]
+        if not rows:
+            return None
+        if any(r.in_flight < r.capacity and not r.ejected_for_s for r in rows):
+            return 0.0
+        ahead = min(self._view.queue_depth, sum(r.queued for r in rows))
+        return self.service.wait(ahead, ((r.provider_id, r.capacity) for r in rows))
+
+    def drain_s(self) -> float | None:
+        """Seconds until the shared queue drains at this Edge's measured rates (R-QUEUE-1)."""
+        view = self.snapshot()
+        live = ((r.provider_id, r.capacity) for r in view.providers if r.online)
+        return self.service.wait(view.queue_depth, live)
 
     def succeeded(self, lease: Lease) -> None:
         """The lease's upstream answered (R-HEALTH-2); call before ``release``."""

@@ -148,6 +148,7 @@ class OpenAIApp:
         ex.extra_headers = meta.arrival.headers
         body = await read_body(receive, headers.get(b"content-length"), tables.max_request_bytes)
         request = parse_request(endpoint, body)
+        request.headers = headers
         meta.request = request
         if not caller.may_use(request.model):  # R-PRIN-1: the answer an unknown group gets
             raise model_not_found(request.model)

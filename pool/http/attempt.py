@@ -14,11 +14,12 @@ from pool.engine import Lease
 from pool.http import observe
 from pool.http.errors import HttpError
 from pool.http.managed import RouteCredentials
-from pool.http.operations import ParsedRequest, Target, upstream_body
+from pool.http.operations import ParsedRequest, Target, client_headers, upstream_body
 from pool.http.plane import DataPlane
 from pool.http.relay import Exchange, RunSource
 from pool.translate.channel import TranslatedChannel
 from pool.translate.common import TranslationError
+from pool.translate.fields import metric_label
 from pool.translate.plan import route
 from pool.translate.select import Translation, translation
 
@@ -70,6 +71,10 @@ async def open_attempt(
         raise HttpError("no_available_provider")
     xlate = translation_for(request, target) if target.translate else None
     ex.provider_id = lease.provider_id  # after a refusal to translate: nothing was used
+    if xlate is not None:
+        dropped(attempt.runtime, ex, xlate.dropped)
+    elif target.client_headers and target.tunnel:  # R-XLATE-6: the native API's own headers
+        forward_headers = forward_headers + client_headers(target, request.headers)
     if xlate is not None and xlate.answer is not None:  # answered here: nothing to run
         await ex.respond(200, xlate.answer.encode())
         return None
@@ -104,6 +109,19 @@ async def open_attempt(
     return source, target
 
 
+DROPPED_HEADER = b"x-iop-dropped"
+
+
+def dropped(runtime: DataPlane, ex: Exchange, names: tuple[str, ...]) -> None:
+    """R-XLATE-5: what this attempt's translation left out, on the answer and in /metrics
+    (an attempt after a retry or fallback replaces an earlier attempt's header)."""
+    headers = [h for h in ex.extra_headers if h[0] != DROPPED_HEADER]
+    if names:
+        headers.append((DROPPED_HEADER, ",".join(names).encode()))
+        runtime.meter.translation_dropped(metric_label(name) for name in names)
+    ex.extra_headers = headers
+
+
 def translation_for(request: ParsedRequest, target: Target) -> Translation | None:
     """R-XLATE-1: the translation ``request`` takes on the target's provider, None when the
     provider speaks its operation natively; R-XLATE-2: 400 for what cannot be translated."""
@@ -118,6 +136,8 @@ def translation_for(request: ParsedRequest, target: Target) -> Translation | Non
             stream=request.stream,
             input_estimate=request.input_tokens_estimate,
             driver=target.driver,
+            thinking=target.thinking,
+            refuse_dropped=target.refuse_dropped,
         )
     except TranslationError as exc:
         raise HttpError(exc.code, exc.message, exc.param) from None

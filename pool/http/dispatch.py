@@ -17,7 +17,8 @@ and re-enter admission the same way, within the same deadline.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+import time
+from collections.abc import Awaitable, Callable
 
 from nodes.hub import NodeUnavailable
 from pool.engine import Lease, PoolEngine
@@ -39,7 +40,16 @@ from pool.http.managed import RouteCredentials
 from pool.http.naming import ModelNames
 from pool.http.operations import ParsedRequest
 from pool.http.plane import DataPlane
+from pool.http.queueing import (
+    admitted_with_events,
+    deadline_s,
+    wait_exceeded,
+    wants_events,
+    with_retry_after,
+)
 from pool.http.relay import Exchange, relay_stream, relay_whole
+
+OnQueued = Callable[[Callable[[], int | None]], None]
 
 
 async def dispatch(
@@ -70,7 +80,9 @@ async def dispatch(
     excluded: frozenset[str] = frozenset()
     off_route = credentials.excluded if credentials is not None else frozenset()
 
-    def admit(exclude: frozenset[str] = frozenset()) -> Awaitable[Lease]:
+    def admit(
+        exclude: frozenset[str] = frozenset(), on_queued: OnQueued | None = None
+    ) -> Awaitable[Lease]:
         return pool.acquire(
             request.model,
             request.needs,
@@ -78,13 +90,10 @@ async def dispatch(
             owner=owner,
             max_queued=max_queued,
             exclude=exclude | off_route,
+            on_queued=on_queued,
         )
 
-    try:
-        with observe.admission():  # R-OBS-3: the queue wait
-            lease = await admit()
-    except PoolError as exc:
-        raise from_pool_error(exc, request.model, request.needs) from None
+    lease = await _first_admission(runtime, request, long, admit, ex)
     gate = (admit, deadline) if request.stream and snapshot.stream_evidence_gate.enabled else None
     while True:
         attempt = Attempt(runtime, lease, window, credentials)
@@ -107,6 +116,49 @@ async def dispatch(
                     lease = await admit(excluded)
         except (PoolError, TimeoutError):
             raise failed from None  # nothing else can take it in time: the failure stands
+
+
+async def _first_admission(
+    runtime: DataPlane,
+    request: ParsedRequest,
+    long: bool,
+    admit: Callable[[frozenset[str], OnQueued | None], Awaitable[Lease]],
+    ex: Exchange,
+) -> Lease:
+    """The request's first lease, within the deadline it states (R-QUEUE-2): refused at once
+    when the estimate exceeds it, else the waiter leaves the queue when it passes (its
+    ``acquire`` is cancelled, as when a client goes away). R-QUEUE-1: the wait goes on the
+    answer; a capacity refusal's ``Retry-After`` is the queue's drain time."""
+    pool = runtime.pool
+    deadline = deadline_s(request.headers)
+    eta = pool.estimate_wait(request.model, request.needs, long)
+    if deadline is not None and eta is not None and eta > deadline:
+        raise wait_exceeded(eta, deadline)
+    began = time.monotonic()
+    try:
+        with observe.admission():  # R-OBS-3: the queue wait
+            async with asyncio.timeout(deadline) as waited:
+                if eta != 0 and wants_events(request.stream, request.headers):  # R-QUEUE-4
+                    lease = await admitted_with_events(
+                        lambda queued: admit(frozenset(), queued), ex, pool.release, eta
+                    )
+                else:
+                    lease = await admit(frozenset(), None)
+    except PoolError as exc:
+        err = from_pool_error(exc, request.model, request.needs)
+        raise with_retry_after(err, pool.drain_s()) from None
+    except TimeoutError:
+        if not waited.expired():
+            raise
+        assert deadline is not None
+        eta = pool.estimate_wait(request.model, request.needs, long)
+        raise wait_exceeded(eta, deadline) from None
+    finally:
+        if not ex.started:  # a stream opened for queue events already said its wait
+            ex.queue_wait_ms = int((time.monotonic() - began) * 1000)
+    if eta:  # it queued with an estimate: how far off it was (R-QUEUE-3)
+        runtime.meter.queue_estimate(eta, ex.queue_wait_ms / 1000)
+    return lease
 
 
 async def _attempt(

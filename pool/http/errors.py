@@ -85,6 +85,10 @@ ERRORS: dict[str, Row] = {
     "repetition_detected": Row(
         502, "server_error", "api_error", "the output kept repeating itself"
     ),
+    # R-QUEUE-2: the estimate (or the wait) exceeds the deadline the request stated
+    "queue_wait_exceeded": Row(
+        429, "rate_limit_error", "rate_limit_error", "the queue wait would exceed the deadline"
+    ),
     "queue_timeout": Row(
         503, "server_error", "overloaded_error", "timed out waiting for a free provider"
     ),

@@ -25,7 +25,9 @@ from pool.http.relay import Exchange
 from pool.http.tables import Tables
 from pool.translate.plan import translated_needs
 
-FALLBACK_CODES = frozenset({"no_available_provider", "context_length_exceeded"})
+FALLBACK_CODES = frozenset(
+    {"no_available_provider", "context_length_exceeded", "queue_wait_exceeded"}  # R-QUEUE-2
+)
 GROUP_HEADER = b"x-iop-model-group"
 
 # Runs one group's admission and answer: (the request as that group serves it, long-context).

@@ -31,6 +31,7 @@ from nodes.envelope import (
     issue,
     load_key,
 )
+from obskit.logs import printable
 from pool.http.auth import Headers, presented_token
 from pool.http.errors import HttpError, model_not_found
 from pool.http.route_table import Grant, RouteTable, SlotUse, read_route_table, table_version
@@ -192,11 +193,35 @@ class ManagedPlane:
             return None
         return SlotGrant(slot.slot_id, slot.credential_revision, grant.revision, slot.sealed)
 
+    def binds(self, slot_id: str, provider_id: str) -> bool:
+        """R-MGD-14: an enabled route of this Edge's own table binds this slot to this
+        provider, and the slot's profile is of the provider's profile family."""
+        provider = self.snapshot.providers.get(provider_id)
+        if provider is None:
+            return False
+        family = self.snapshot.profile_family(provider.profile.name)
+        if family is None:
+            return False
+        for route in self.keys.table.grants.values():
+            slot = route.slot_for(provider)
+            if slot is not None and slot.slot_id == slot_id:
+                return self.snapshot.profile_family(slot.profile) == family
+        return False
+
     def routed_sealer(
         self, grant: SlotGrant, provider_id: str
     ) -> Callable[[str, str, int], dict[str, Any]]:
         """R-SCALE-7: the envelope of a run routed here from another Edge, issued by this Edge
-        (which holds the Node's connection generation) with the binding that Edge resolved."""
+        (which holds the Node's connection generation) with the binding that Edge resolved,
+        for a pair its own route table binds (R-MGD-14): whoever writes the order (another
+        Edge, or anything that can write to Redis) cannot have another slot sealed."""
+        if not self.binds(grant.slot_id, provider_id):
+            log.warning(
+                "routed run refused: slot %s is not bound to provider %s by an enabled route "
+                "of this Edge within one profile family (R-MGD-14)",
+                printable(grant.slot_id, 100), printable(provider_id, 100),
+            )  # fmt: skip
+            raise SealRefused("the slot is not bound to this provider by an enabled route")
         slot = SlotUse(grant.slot_id, "", grant.credential_revision, grant.sealed)
 
         def seal(run_id: str, node_id: str, generation: int) -> dict[str, Any]:

@@ -7,6 +7,7 @@ provider, because only then is the served model name known.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,15 +90,18 @@ _BINARY_MARKERS = (b"data:", b"image", b"audio", b"file", b"document")
 def binary_parts(data: Any) -> tuple[int, int]:
     """(characters of binary payload, number of binary parts) in a decoded request.
 
-    A part is a dict whose ``type`` is in ``BINARY_PART_TYPES`` (all its strings count as
-    payload), or else any ``data:`` URL string. Iterative: the depth is the decoder's.
+    A part is a dict whose ``type`` is a string in ``BINARY_PART_TYPES`` (all its strings
+    count as payload), or else any ``data:`` URL string. Iterative: the depth is the
+    decoder's. R-IN-7: any JSON shape is walked; a ``type`` may be an object (a tool schema's
+    property named ``type``) and is then an ordinary member.
     """
     chars = parts = 0
     stack = [data]
     while stack:
         value = stack.pop()
         if isinstance(value, dict):
-            if value.get("type") in BINARY_PART_TYPES:
+            kind = value.get("type")
+            if isinstance(kind, str) and kind in BINARY_PART_TYPES:
                 parts += 1
                 chars += _string_chars(value)
             else:
@@ -134,6 +138,7 @@ class ParsedRequest:
     input_tokens_estimate: int
     body_bytes: int = 0  # the request body's size: the ingress snapshot's (R-SEG-6)
     asked: str = ""  # R-FALL-1: the caller's model when a fallback group (``model``) serves it
+    headers: Mapping[bytes, bytes] | None = None  # the client's (R-XLATE-6: client_headers)
 
     @property
     def name(self) -> str:
@@ -227,6 +232,10 @@ class Target:
     translate: bool = False  # the group serves operations the driver lacks (R-XLATE-1)
     capabilities: frozenset[str] = frozenset()  # the profile's own (native) capabilities
     driver: str = ""  # the profile's driver: which images a translation can pass on
+    thinking: str = "none"  # the profile's reasoning switch for translation (R-XLATE-4)
+    refuse_dropped: bool = False  # translate: {unsupported: refuse} (R-XLATE-5)
+    # R-XLATE-6: the client headers a native path passes on (anthropic-beta), by name
+    client_headers: tuple[bytes, ...] = ()
 
 
 def build_targets(snapshot: EdgeSnapshot) -> dict[tuple[str, str], Target]:
@@ -252,8 +261,38 @@ def build_targets(snapshot: EdgeSnapshot) -> dict[tuple[str, str], Target]:
                 translate=group.translate,
                 capabilities=profile.capabilities,
                 driver=profile.driver,
+                thinking=profile.thinking(),
+                refuse_dropped=group.refuse_dropped,
+                client_headers=CLIENT_HEADERS.get(profile.driver, ()),
             )
     return targets
+
+
+# R-XLATE-6: headers of the client's own API that a native upstream needs to honour the
+# client's fields (the Messages API's beta flags enable `thinking: adaptive`,
+# `context_management`, ...); passed on unchanged, bounded (``client_headers``).
+CLIENT_HEADERS: dict[str, tuple[bytes, ...]] = {"anthropic_messages": (b"anthropic-beta",)}
+MAX_CLIENT_HEADER_CHARS = 1024
+_HEADER_VALUE_CHARS = frozenset(range(0x20, 0x7F))
+
+
+def client_headers(
+    target: Target, headers: Mapping[bytes, bytes] | None
+) -> tuple[tuple[str, str], ...]:
+    """The client's own API headers a native run of ``target`` passes upstream: printable
+    ASCII up to ``MAX_CLIENT_HEADER_CHARS``; anything else is not passed."""
+    if not headers:
+        return ()
+    out = []
+    for name in target.client_headers:
+        value = headers.get(name)
+        if (
+            value
+            and len(value) <= MAX_CLIENT_HEADER_CHARS
+            and _HEADER_VALUE_CHARS.issuperset(value)
+        ):
+            out.append((name.decode(), value.decode()))
+    return tuple(out)
 
 
 NODE_SILENCE_GRACE_S = 30.0

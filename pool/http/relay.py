@@ -44,6 +44,9 @@ class WriteFlow(Protocol):
     async def writable(self, timeout_s: float) -> bool: ...
 
 
+QUEUE_WAIT_HEADER = b"x-iop-queue-wait-ms"
+
+
 class Exchange:
     """The response side of one request: what was sent, and what metering needs to know."""
 
@@ -56,6 +59,7 @@ class Exchange:
         "in_band_failure",
         "output_bytes",
         "provider_id",
+        "queue_wait_ms",
         "reached",
         "send",
         "spent",
@@ -82,6 +86,7 @@ class Exchange:
         self.usage: wire.Usage | None = None
         self.output_bytes = 0
         self.extra_headers: list[tuple[bytes, bytes]] = []  # x-ratelimit-* (R-PRIN-2)
+        self.queue_wait_ms = 0  # R-QUEUE-1: time in the queue, on every answer
         # R-BUD-2 (pool/http/spent.py): the stream's terminal event went out; model text
         # relayed (a whole body's, or a stream's tally: for an estimate); attempts discarded
         # on the way, metered on their own.
@@ -98,8 +103,7 @@ class Exchange:
         """A complete response in two sends."""
         self.status = status
         self.started = True
-        if self.extra_headers:
-            headers = headers + self.extra_headers
+        headers = headers + self._own_headers()
         await self.send({"type": "http.response.start", "status": status, "headers": headers})
         self.done = True
         await self.send({"type": "http.response.body", "body": body})
@@ -108,7 +112,7 @@ class Exchange:
         """Answer with ``err``: an error response, or an in-band event if a stream started."""
         self.status, self.code = err.status, err.code
         if not self.started:
-            headers = JSON_HEADERS + err.headers() + self.extra_headers
+            headers = JSON_HEADERS + err.headers() + self._own_headers()
             self.started = self.done = True
             await self.send(
                 {"type": "http.response.start", "status": err.status, "headers": headers}
@@ -117,6 +121,12 @@ class Exchange:
         elif not self.done:  # never a silent truncation: the stream ends with the error
             self.done = True
             await self.send({"type": "http.response.body", "body": self.failure_event(err)})
+
+    def _own_headers(self) -> list[tuple[bytes, bytes]]:
+        """This request's headers beside the content's: limits, budget, translation, and
+        its time in the queue (R-QUEUE-1: 0 when admitted at once)."""
+        wait = (QUEUE_WAIT_HEADER, b"%d" % self.queue_wait_ms)
+        return [*self.extra_headers, wait] if self.extra_headers else [wait]
 
     def failure_event(self, err: HttpError) -> bytes:
         """The in-band event that ends this stream after a failure: the translator's when it
@@ -142,7 +152,7 @@ class Exchange:
         if not self.started:
             self.started = True
             self.status = 200
-            headers = SSE_HEADERS + self.extra_headers if self.extra_headers else SSE_HEADERS
+            headers = SSE_HEADERS + self._own_headers()
             await self.send({"type": "http.response.start", "status": 200, "headers": headers})
 
     async def chunk(self, body: bytes, more: bool) -> None:

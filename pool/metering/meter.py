@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +48,9 @@ MAX_OPERATIONS = 32  # distinct operation labels; the Edge has fewer than ten
 MAX_CODES = 64  # distinct error-code labels
 DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0,
                     120.0, 300.0, 600.0)  # fmt: skip
+# Actual minus estimated queue wait, seconds (R-QUEUE-3): negative when it was served early.
+QUEUE_ERROR_BUCKETS = (-30.0, -10.0, -5.0, -2.0, -1.0, -0.5, -0.25, -0.1, 0.0, 0.1, 0.25, 0.5,
+                       1.0, 2.0, 5.0, 10.0, 30.0)  # fmt: skip
 
 Writer = Callable[[dict[UsageKey, Counts], datetime | None], int]
 RowsWriter = Callable[[list[tuple[object, ...]], datetime | None], int]
@@ -172,6 +175,17 @@ class UsageMeter:
             "iop_fallbacks", "Requests a fallback group served, by the group asked of (R-FALL-1).",
             ["model_group", "served_by"], registry=reg,
         )  # fmt: skip
+        self._dropped = Counter(
+            "iop_translation_dropped",
+            "Fields a translation left out, by documented field ('other' for the rest) "
+            "(R-XLATE-5).",
+            ["field"], registry=reg,
+        )  # fmt: skip
+        self._queue_error = Histogram(
+            "iop_queue_estimate_error_seconds",
+            "Actual minus estimated queue wait of requests that queued (R-QUEUE-3).",
+            buckets=QUEUE_ERROR_BUCKETS, registry=reg,
+        )  # fmt: skip
         self._budget_read_failures = Counter(
             "iop_budget_read_failures", "Ledger reads for budgets that failed (R-BUD-1).",
             registry=reg,
@@ -183,6 +197,16 @@ class UsageMeter:
         self.latency = LatencyMetrics(reg)  # R-OBS-3
         pending = Gauge("iop_usage_pending_keys", "Ledger keys not yet written.", registry=reg)
         pending.set_function(lambda: len(self.pending))
+
+    def queue_estimate(self, estimated_s: float, actual_s: float) -> None:
+        """R-QUEUE-3: a queued request's wait against the estimate it was admitted on."""
+        self._queue_error.observe(actual_s - estimated_s)
+
+    def translation_dropped(self, fields: Iterable[str]) -> None:
+        """R-XLATE-5: one translated attempt left these out (bounded labels: documented
+        field names or ``other``)."""
+        for name in fields:
+            self._dropped.labels(name).inc()
 
     def record(self, record: RequestRecord) -> None:
         """Count one finished request; synchronous and O(1), no I/O."""

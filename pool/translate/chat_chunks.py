@@ -22,9 +22,20 @@ def chat_answer(body: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, An
     return data, choice, message
 
 
+def reasoning_text(message: dict[str, Any]) -> str:
+    """A Chat message's or delta's reasoning text: ``reasoning_content`` (vLLM, GLM,
+    DeepSeek) or ``reasoning`` (newer vLLM, Ollama's OpenAI API); "" when none."""
+    for key in ("reasoning_content", "reasoning"):
+        value = message.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
 class ChatChunkTranslator(SseTranslator):
     """``[DONE]`` ends the stream, an in-band ``error`` fails it; otherwise, per chunk:
-    ``_first`` once, ``_usage``, then per choice ``_text``, ``_tool`` and ``_finish``."""
+    ``_first`` once, ``_usage``, then per choice ``_reasoning``, ``_text``, ``_tool`` and
+    ``_finish``."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -44,6 +55,9 @@ class ChatChunkTranslator(SseTranslator):
             self._usage(chunk["usage"])
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
+            reasoning = reasoning_text(delta)
+            if reasoning:
+                self._reasoning(reasoning, out)
             content = delta.get("content")
             if isinstance(content, str) and content:
                 self._text(content, out)
@@ -57,6 +71,9 @@ class ChatChunkTranslator(SseTranslator):
 
     def _usage(self, usage: dict[str, Any]) -> None:
         raise NotImplementedError
+
+    def _reasoning(self, text: str, out: list[str]) -> None:
+        """Reasoning text: left out unless the subclass shows it."""
 
     def _text(self, text: str, out: list[str]) -> None:
         raise NotImplementedError

@@ -1,7 +1,8 @@
 """Anthropic Messages client, Chat Completions provider: the streamed answer.
 
 ``chat.completion.chunk`` events in; ``message_start``, ``content_block_start``/``_delta``/
-``_stop`` (``text_delta``, ``input_json_delta``), ``message_delta`` (stop reason, usage) and
+``_stop`` (``thinking_delta`` when the client asked for thinking, ``text_delta``,
+``input_json_delta``), ``message_delta`` (stop reason, usage) and
 ``message_stop`` out. ``message_delta`` waits for the end of the upstream stream, because a
 Chat stream reports usage after its finish reason.
 """
@@ -18,9 +19,10 @@ from pool.translate.messages_via_chat import STOP_REASONS, message_id, tool_inpu
 class MessagesViaChatStream(ChatChunkTranslator):
     """One stream's state: the open content block and the tool calls seen by index."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, thinking: bool = False) -> None:
         super().__init__()
         self._model = model
+        self._thinking = thinking  # the provider's reasoning as thinking blocks
         self._block = -1  # index of the open content block, -1 when none
         self._block_kind = ""
         self._next_block = 0
@@ -73,6 +75,13 @@ class MessagesViaChatStream(ChatChunkTranslator):
             named_event("content_block_stop", {"type": "content_block_stop", "index": self._block})
         )
         self._block = -1
+
+    def _reasoning(self, text: str, out: list[str]) -> None:
+        if not self._thinking:
+            return
+        if self._block_kind != "thinking" or self._block < 0:
+            self._open("thinking", {"type": "thinking", "thinking": "", "signature": ""}, out)
+        out.append(self._delta({"type": "thinking_delta", "thinking": text}))
 
     def _text(self, text: str, out: list[str]) -> None:
         if self._block_kind != "text" or self._block < 0:

@@ -2,7 +2,9 @@
 
 ``chat.completion.chunk`` events in; out, as the official SDK's stream state expects them:
 ``response.created``, ``response.in_progress``, per output item ``response.output_item.added``
-(``message`` or ``function_call``), ``response.content_part.added``,
+(``reasoning`` when a summary was asked for, ``message`` or ``function_call``),
+``response.reasoning_summary_part.added``, ``response.reasoning_summary_text.delta`` /
+``.done``, ``response.reasoning_summary_part.done``, ``response.content_part.added``,
 ``response.output_text.delta`` / ``.done``, ``response.content_part.done``,
 ``response.function_call_arguments.delta`` / ``.done``, ``response.output_item.done``, and at
 the end ``response.completed`` (or ``response.incomplete``) carrying the whole Response. A
@@ -19,8 +21,10 @@ from typing import Any
 from pool.translate.chat_chunks import ChatChunkTranslator
 from pool.translate.common import named_event, upstream
 from pool.translate.responses_via_chat import (
+    Answering,
     call_item,
     message_item,
+    reasoning_item,
     response_id,
     response_object,
     response_usage,
@@ -30,10 +34,11 @@ from pool.translate.responses_via_chat import (
 class ResponsesViaChatStream(ChatChunkTranslator):
     """One stream's state: the output items opened so far, the finish reason and usage."""
 
-    def __init__(self, model: str, echo: dict[str, Any]) -> None:
+    def __init__(self, model: str, answering: Answering) -> None:
         super().__init__()
         self._model = model
-        self._echo = echo
+        self._answering = answering
+        self._echo = answering.echo
         self._id = ""
         self._created = int(time.time())
         self._seq = 0
@@ -70,6 +75,31 @@ class ResponsesViaChatStream(ChatChunkTranslator):
 
     # --- output items ---------------------------------------------------------------------
 
+    def _reasoning(self, text: str, out: list[str]) -> None:
+        if not self._answering.summary:
+            return
+        if self._open < 0 or self._output[self._open]["type"] != "reasoning":
+            self._close_item(out)
+            item = reasoning_item(f"rs_{self._id.removeprefix('resp_')}_{len(self._output)}", "")
+            index = self._add(item, out)
+            self._emit(
+                out,
+                "response.reasoning_summary_part.added",
+                item_id=item["id"],
+                output_index=index,
+                summary_index=0,
+                part={"type": "summary_text", "text": ""},
+            )
+        self._text_parts.append(text)
+        self._emit(
+            out,
+            "response.reasoning_summary_text.delta",
+            item_id=self._output[self._open]["id"],
+            output_index=self._open,
+            summary_index=0,
+            delta=text,
+        )
+
     def _text(self, text: str, out: list[str]) -> None:
         if self._open < 0 or self._output[self._open]["type"] != "message":
             self._close_item(out)
@@ -104,9 +134,9 @@ class ResponsesViaChatStream(ChatChunkTranslator):
         at = self._calls.get(index)
         if at is None:
             self._close_item(out)
-            item = call_item(
-                str(call.get("id") or f"call_{index}"), str(fn.get("name") or ""), "", "in_progress"
-            )
+            name, namespace = self._answering.call_name(str(fn.get("name") or ""))
+            call_id = str(call.get("id") or f"call_{index}")
+            item = call_item(call_id, name, "", "in_progress", namespace)
             at = self._calls[index] = self._add(item, out)
         elif at != self._open:
             raise upstream("the provider interleaved tool call deltas; they cannot be carried over")
@@ -154,9 +184,19 @@ class ResponsesViaChatStream(ChatChunkTranslator):
                 part=part,
             )
             self._text_parts = []
+        elif item["type"] == "reasoning":
+            text = "".join(self._text_parts)
+            done = reasoning_item(item["id"], text)
+            part = {"type": "summary_text", "text": text}
+            common = {"item_id": item["id"], "output_index": index, "summary_index": 0}
+            self._emit(out, "response.reasoning_summary_text.done", **common, text=text)
+            self._emit(out, "response.reasoning_summary_part.done", **common, part=part)
+            self._text_parts = []
         else:
             arguments = "".join(self._args)
-            done = call_item(item["call_id"], item["name"], arguments)
+            done = call_item(
+                item["call_id"], item["name"], arguments, namespace=item.get("namespace")
+            )
             self._emit(
                 out,
                 "response.function_call_arguments.done",

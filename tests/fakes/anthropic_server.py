@@ -44,8 +44,9 @@ def check_request(body: Any, *, count_only: bool = False) -> str | None:
     if not isinstance(messages, list) or not messages:
         return "messages: Field required"
     for i, msg in enumerate(messages):
-        if not isinstance(msg, dict) or msg.get("role") not in ("user", "assistant"):
-            return f"messages.{i}.role: Input should be 'user' or 'assistant'"
+        # A system-role message inside the conversation, as Claude Code sends it.
+        if not isinstance(msg, dict) or msg.get("role") not in ("user", "assistant", "system"):
+            return f"messages.{i}.role: Input should be 'user', 'assistant' or 'system'"
         content = msg.get("content")
         if isinstance(content, str):
             continue
@@ -90,6 +91,7 @@ class FakeAnthropic(FakeServer):
         self.output_tokens = 9
         self.tool_input: dict[str, Any] = {"city": "Paris"}
         self.parallel_tools = 1
+        self.call_tools = True  # answer a request that has tools with a call of the first
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -118,7 +120,8 @@ class FakeAnthropic(FakeServer):
     def _content(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         tools = body.get("tools") or []
         choice = body.get("tool_choice") or {}
-        if tools and choice.get("type") != "none" and not _answered_tool(body["messages"]):
+        answered = _answered_tool(body["messages"])
+        if self.call_tools and tools and choice.get("type") != "none" and not answered:
             name = tools[0].get("name", "tool")
             return [
                 {"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": self.tool_input}

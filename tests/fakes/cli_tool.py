@@ -8,6 +8,8 @@ env NAME      print the value of environment variable NAME (or <unset>)
 fork PIDFILE  start a child that keeps stdout open, write "PID CHILD_PID", print, exit 0
 flood         write output without end (until killed)
 envdump PATH  write {"argv": [...], "env": {...}} as JSON to PATH, then echo
+cwd           print {"cwd": ..., "entries": [...], "mode": "0o700"} of its working directory as
+              JSON, after leaving a file there
 """
 
 from __future__ import annotations
@@ -48,6 +50,17 @@ def main(argv: list[str]) -> int:
             sys.stdout.write(line)
     if mode == "env":
         sys.stdout.write(os.environ.get(argv[2], "<unset>"))
+        return 0
+    if mode == "cwd":
+        here = os.getcwd()
+        seen = {
+            "cwd": here,
+            "entries": os.listdir(here),
+            "mode": oct(os.stat(here).st_mode & 0o777),
+        }
+        with open("left-behind.txt", "w") as fh:
+            fh.write("the run directory is removed with this")
+        sys.stdout.write(json.dumps(seen))
         return 0
     text = sys.stdin.read()
     if mode == "envdump":

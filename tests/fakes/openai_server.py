@@ -27,6 +27,8 @@ class FakeOpenAI(FakeServer):
         self.completion_tokens = 7
         self.models = ["fake-model", "fake-model-large"]
         self.tool_arguments = '{"city":"Paris"}'
+        self.call_tools = True  # answer a request that has tools with a call of the first
+        self.reasoning_text: str | None = None  # Chat answers carry it as reasoning_content
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -44,7 +46,7 @@ class FakeOpenAI(FakeServer):
 
     def _tool(self, body: dict[str, Any]) -> str | None:
         tools = body.get("tools") or []
-        if not tools or body.get("tool_choice") == "none":
+        if not self.call_tools or not tools or body.get("tool_choice") == "none":
             return None
         messages = body.get("messages") or [{}]
         if messages[-1].get("role") == "tool":  # a tool round trip: now answer in text
@@ -64,6 +66,8 @@ class FakeOpenAI(FakeServer):
         base = {"id": "chatcmpl-fake", "created": int(time.time()), "model": model}
         if not body.get("stream"):
             message: dict[str, Any] = {"role": "assistant", "content": self.reply_text}
+            if self.reasoning_text:  # as vLLM, GLM and DeepSeek report it
+                message["reasoning_content"] = self.reasoning_text
             if tool:
                 message = {
                     "role": "assistant",
@@ -99,6 +103,8 @@ class FakeOpenAI(FakeServer):
             return _sse({**base, "object": "chat.completion.chunk", "choices": [choice], **extra})
 
         chunks = [chunk({"role": "assistant", "content": ""})]
+        if self.reasoning_text:
+            chunks += [chunk({"reasoning_content": p}) for p in pieces(self.reasoning_text)]
         if tool:
             half = len(self.tool_arguments) // 2
             chunks.append(
@@ -167,6 +173,21 @@ class FakeOpenAI(FakeServer):
             return self.reply(request, final)
         started = {**final, "status": "in_progress", "output": [], "usage": None}
         chunks = [_sse({"type": "response.created", "response": started}, "response.created")]
+        item = {**output[0], "status": "in_progress", "content": []}
+        part = {"type": "output_text", "text": "", "annotations": []}
+        at = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+        chunks.append(
+            _sse(
+                {"type": "response.output_item.added", "output_index": 0, "item": item},
+                "response.output_item.added",
+            )
+        )
+        chunks.append(
+            _sse(
+                {"type": "response.content_part.added", **at, "part": part},
+                "response.content_part.added",
+            )
+        )
         for p in pieces(self.reply_text):
             chunks.append(
                 _sse(
@@ -180,6 +201,10 @@ class FakeOpenAI(FakeServer):
                     "response.output_text.delta",
                 )
             )
+        text = {"type": "response.output_text.done", **at, "text": self.reply_text}
+        chunks.append(_sse(text, "response.output_text.done"))
+        done = {"type": "response.output_item.done", "output_index": 0, "item": output[0]}
+        chunks.append(_sse(done, "response.output_item.done"))
         chunks.append(_sse({"type": "response.completed", "response": final}, "response.completed"))
         return await self.stream(request, chunks, "text/event-stream")
 

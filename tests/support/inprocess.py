@@ -35,10 +35,18 @@ TOKEN = "tok-test-caller-7f3a"  # the caller of ``document()``
 class RecordingMeter:
     def __init__(self) -> None:
         self.records: list[Any] = []
+        self.dropped: list[str] = []
+        self.estimates: list[tuple[float, float]] = []
         self.budgets = BudgetView()
 
     def configure_budgets(self, periods: dict[str, str]) -> None:
         self.budgets.configure(periods)
+
+    def queue_estimate(self, estimated_s: float, actual_s: float) -> None:
+        self.estimates.append((estimated_s, actual_s))
+
+    def translation_dropped(self, fields: Any) -> None:
+        self.dropped.extend(fields)
 
     def record(self, record: Any) -> None:
         self.records.append(record)

@@ -139,7 +139,8 @@ class JourneyEdge:
 
     def first_run(self) -> dict[str, str]:
         """What `make run` does once: mint tokens, import the example with their hashes in
-        place of its example ones, create the admin login."""
+        place of its example ones, create the admin login; and what it does on each start:
+        write the local Node's config with the policy `iop_node_policy` prints for it."""
         manage = ".venv/bin/python manage.py "
         node = json.loads(self.run(manage + "iop_token --json"))
         client = json.loads(self.run(manage + "iop_token --json"))
@@ -155,7 +156,7 @@ class JourneyEdge:
         (self.work / "var" / "node.yaml").write_text(
             "node_id: node-local\n"
             f"edge_url: ws://127.0.0.1:{self.ports['edge']}/ws/node\n"
-            "token: {file: node-token}\n"
+            "token: {file: node-token}\n" + self.run(manage + "iop_node_policy node-local")
         )
         password = secrets.token_urlsafe(12)
         subprocess.run(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.fakes import CLI_TOOL
 from tests.support.stack import Stack
@@ -42,15 +43,22 @@ MODELS = [
 ]
 
 
-def translation_stack(directory: Path) -> Stack:
+def translation_stack(
+    directory: Path,
+    *,
+    providers: list[dict[str, Any]] = PROVIDERS,
+    models: list[dict[str, Any]] = MODELS,
+    profiles: dict[str, Any] = PROFILES,
+    env: dict[str, str] | None = None,
+) -> Stack:
     """Not started: use it as a context manager."""
     return Stack(
         directory,
         upstreams=UPSTREAMS,
-        providers=PROVIDERS,
-        models=MODELS,
-        profiles=PROFILES,
-        env={"IOP_TEST_XLATE_KEY": PROVIDER_KEY},
+        providers=providers,
+        models=models,
+        profiles=profiles,
+        env={"IOP_TEST_XLATE_KEY": PROVIDER_KEY, **(env or {})},
     )
 
 

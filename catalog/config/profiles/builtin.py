@@ -70,8 +70,14 @@ BUILTIN_PROFILES: Mapping[str, RuntimeProfile] = MappingProxyType(
             {"responses", "models", "streaming", "tool_calling"},
         ),
         # R-PROF-7: two identities, two endpoints, no responses, no fallback between them.
+        # R-XLATE-4: Z.AI's own reasoning switch, ``thinking: {type: enabled|disabled}``.
         "glm": _profile(
-            "glm", "openai_chat", "https://api.z.ai/api/paas/v4", _CHAT_OPS, _CHAT_CAPS
+            "glm",
+            "openai_chat",
+            "https://api.z.ai/api/paas/v4",
+            _CHAT_OPS,
+            _CHAT_CAPS,
+            extensions={"thinking": "glm"},
         ),
         "glm_coding": _profile(
             "glm_coding",
@@ -79,6 +85,7 @@ BUILTIN_PROFILES: Mapping[str, RuntimeProfile] = MappingProxyType(
             "https://api.z.ai/api/coding/paas/v4",
             _CHAT_OPS,
             _CHAT_CAPS,
+            extensions={"thinking": "glm"},
         ),
         "ollama": _profile(
             "ollama",

@@ -27,6 +27,15 @@ OPERATIONS_BY_DRIVER: Mapping[str, frozenset[str]] = MappingProxyType(
 CAPABILITIES: frozenset[str] = frozenset(
     {"messages", "chat", "responses", "streaming", "tool_calling", "count_tokens", "models"}
 )
+# R-XLATE-4: how a provider switches reasoning on (``extensions.thinking``)
+THINKING_STYLES = ("reasoning_effort", "glm", "enable_thinking", "none")
+
+
+def default_thinking(driver: str) -> str:
+    """The reasoning switch of a driver's profile that declares none."""
+    return "reasoning_effort" if driver == "openai_chat" else "none"
+
+
 ADAPTER_BY_DRIVER: Mapping[str, Adapter] = MappingProxyType(
     {
         "openai_chat": "openai_compat",
@@ -142,6 +151,12 @@ class RuntimeProfile:
         """R-XLATE-3: the static request headers of ``extensions.headers`` (checked at load)."""
         headers = self.extensions.get("headers")
         return {str(k): str(v) for k, v in headers.items()} if isinstance(headers, Mapping) else {}
+
+    def thinking(self) -> str:
+        """R-XLATE-4: the provider's reasoning switch (``extensions.thinking``, checked at
+        load), else its driver's: ``reasoning_effort`` for Chat Completions, else ``none``."""
+        style = self.extensions.get("thinking")
+        return style if isinstance(style, str) else default_thinking(self.driver)
 
     def admits(self, needs: frozenset[str]) -> bool:
         """R-PROF-4: True when the profile declares every capability in ``needs``."""

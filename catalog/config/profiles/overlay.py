@@ -15,6 +15,7 @@ from catalog.config.profiles.model import (
     CAPABILITY_OPERATION,
     CREDENTIAL_HEADERS,
     OPERATIONS_BY_DRIVER,
+    THINKING_STYLES,
     AuthSpec,
     RuntimeProfile,
     freeze,
@@ -86,7 +87,7 @@ def _check(profile: RuntimeProfile, doc: ProfileDoc, path: tuple[str, str], issu
     return len(issues) == before
 
 
-EXTENSION_KEYS = ("headers",)
+EXTENSION_KEYS = ("headers", "thinking")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
@@ -97,6 +98,12 @@ def check_extensions(profile: RuntimeProfile, path: tuple[str, str], issues: Iss
         where = (*path, "extensions", key)
         if key not in EXTENSION_KEYS:
             issues.add(where, f"unknown extension (known: {', '.join(EXTENSION_KEYS)})")
+            continue
+        if key == "thinking":  # R-XLATE-4: the provider's own reasoning switch
+            if value not in THINKING_STYLES:
+                issues.add(where, f"must be one of {', '.join(THINKING_STYLES)}")
+            elif profile.driver != "openai_chat" and value != "none":
+                issues.add(where, "applies to an openai_chat profile only (translation to Chat)")
             continue
         if not isinstance(value, Mapping):
             issues.add(where, "must be a mapping of header name -> string")

@@ -104,13 +104,22 @@ class NodeDoc(Doc):
 MAX_FALLBACKS = 16  # R-FALL-2: groups in a chain, the group's own list and every one it reaches
 
 
+class TranslateDoc(Doc):
+    """``models[].translate`` as an object: translation on, with what it does with a field
+    it would drop (R-XLATE-5): ``drop`` (named in ``x-iop-dropped``) or ``refuse`` (400)."""
+
+    unsupported: Literal["drop", "refuse"] = "drop"
+
+
 class ModelDoc(Doc):
     """``models[]``: a model group and its provider -> served model mapping (R-CFG-1, 2, 4)."""
 
     id: ModelId
     usage_attribution: Literal["provider", "model_group"] = "provider"
     providers: Annotated[dict[NonEmpty, NonEmpty], Field(min_length=1)]
-    translate: bool = False  # R-XLATE-1: serve operations a driver lacks by translation
+    # R-XLATE-1: serve operations a driver lacks by translation; an object turns it on with
+    # its R-XLATE-5 setting
+    translate: bool | TranslateDoc = False
     # R-LIM-5: larger output bounds are capped to it, a missing one set to it; omitted = none
     max_output_tokens: Annotated[int, Field(ge=1, le=2**31 - 1)] | None = None
     # R-FALL-1: model groups tried in order when this one cannot serve (rules/fallbacks.py)

@@ -5,7 +5,9 @@ environment (``secretref.envnames.BASE_NAMES``: PATH, HOME, locale, temp dirs...
 names its provider declares: ``provider.env`` resolved here and, in managed mode, the run's
 slot secret in ``provider.credential_env`` (R-MGD-11, never in argv). The node token and
 every other secret of the Node's own environment never reach it (R-TLS-3). Every program
-this module starts, run or probe, passes the Node's policy check first (``Gate``).
+this module starts, run or probe, passes the Node's policy check first (``Gate``), and runs
+in a private directory made for that one start (empty, 0700, removed after; R-TLS-8), never
+in the Node's own working directory.
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ import codecs
 import contextlib
 import math
 import os
+import shutil
 import signal
+import stat
+import tempfile
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from nodes.agent.adapters.base import AdapterError, Emit, RunSpec, parse_json_body, send
@@ -74,6 +80,42 @@ def kill_group(proc: asyncio.subprocess.Process) -> None:
             proc.kill()
 
 
+RUN_DIR_PREFIX = "iop-run-"
+
+
+@contextlib.asynccontextmanager
+async def run_directory() -> AsyncIterator[str]:
+    """A fresh empty directory only the Node's user can enter (``mkdtemp``: 0700, under the
+    Node's TMPDIR), removed with whatever the program left in it (R-TLS-8), on a worker
+    thread: a program that left many files does not stall the Node's loop (and a cancelled
+    run's thread still finishes the removal)."""
+    path = tempfile.mkdtemp(prefix=RUN_DIR_PREFIX)
+    try:
+        yield path
+    finally:
+        await asyncio.to_thread(shutil.rmtree, path, onerror=_writable_and_retry)
+
+
+def exec_argv(argv: list[str]) -> list[str]:
+    """The argv to exec from the run directory: a relative program path (``./tool``, checked
+    by the policy as written) still names the file beside the Node's own working directory."""
+    program = argv[0]
+    if os.sep in program and not os.path.isabs(program):
+        return [os.path.abspath(program), *argv[1:]]
+    return argv
+
+
+def _writable_and_retry(func: Callable[..., Any], path: str, _exc: Any) -> None:
+    """A program may leave a directory it made read-only: open it up, then remove again."""
+    with contextlib.suppress(OSError):
+        os.chmod(os.path.dirname(path), stat.S_IRWXU)
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.chmod(path, stat.S_IRWXU)
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            func(path)
+
+
 class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
     """Learns the moment the command exits. ``Process.wait()`` also waits for every pipe
     to close, which a child that inherited stdout can delay forever."""
@@ -89,18 +131,19 @@ class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
 
 
 async def _spawn(
-    command: list[str], env: dict[str, str]
+    command: list[str], env: dict[str, str], cwd: str
 ) -> tuple[asyncio.subprocess.Process, asyncio.Future[None]]:
     """``create_subprocess_exec`` in its own process group, plus a future set at exit."""
     loop = asyncio.get_running_loop()
     exited: asyncio.Future[None] = loop.create_future()
     transport, protocol = await loop.subprocess_exec(
         lambda: _ExitProtocol(exited, loop),
-        *command,
+        *exec_argv(command),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=env,
+        cwd=cwd,
         start_new_session=True,  # its own process group, killed as a whole
     )
     return asyncio.subprocess.Process(transport, protocol, loop), exited
@@ -158,22 +201,24 @@ class CliAdapter:
             self._check("probe command", argv, probe=True)
         except PolicyRefused as exc:
             return False, str(exc)
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.DEVNULL,
-                env=self.env,
-                start_new_session=True,  # its own process group, killed as a whole
-            )
-        except OSError as exc:
-            return False, f"cannot start the probe command: {exc.strerror}"
-        try:
-            code = await proc.wait()
-        finally:
-            kill_group(proc)  # on a timeout the probe and anything it started go
-            await proc.wait()  # reap: no zombies
+        async with run_directory() as cwd:
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *exec_argv(argv),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.DEVNULL,
+                    env=self.env,
+                    cwd=cwd,
+                    start_new_session=True,  # its own process group, killed as a whole
+                )
+            except OSError as exc:
+                return False, f"cannot start the probe command: {exc.strerror}"
+            try:
+                code = await proc.wait()
+            finally:
+                kill_group(proc)  # on a timeout the probe and anything it started go
+                await proc.wait()  # reap: no zombies
         return (True, "") if code == 0 else (False, f"probe command exited with code {code}")
 
     async def run(self, request: RunSpec, emit: Emit) -> Usage | None:
@@ -193,8 +238,14 @@ class CliAdapter:
         body = parse_json_body(request.body)
         prompt = render_prompt(body.get("messages"))
         model = str(body.get("model") or self.provider.id)
+        async with run_directory() as cwd:
+            return await self._run_in(cwd, env, request, prompt, model, emit)
+
+    async def _run_in(
+        self, cwd: str, env: dict[str, str], request: RunSpec, prompt: str, model: str, emit: Emit
+    ) -> Usage:
         try:
-            proc, exited = await _spawn(self._command, env)
+            proc, exited = await _spawn(self._command, env, cwd)
         except OSError as exc:
             raise AdapterError(  # like a refused connection (R-HEALTH-1)
                 "upstream_error",

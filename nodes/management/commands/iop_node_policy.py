@@ -1,5 +1,6 @@
 """python manage.py iop_node_policy NODE_ID [--config FILE]: the node.yaml ``policy`` that
-allows exactly what this Edge's config gives that Node (R-TLS-3, docs/node.md)."""
+allows exactly what this Edge's config gives that Node (R-TLS-3, R-TLS-6..8, docs/node.md):
+exact argv, the environment names its programs get, secret files one by one."""
 
 from __future__ import annotations
 
