@@ -167,7 +167,8 @@ CASES: list[tuple[str, Callable[[Doc], object], str, str, str]] = [
         lambda d: model(d, "echo").update(translate=True),
         'models["echo"].translate',
         LIVE,
-        "serve operations a provider's driver lacks by translation (R-XLATE-1)",
+        "serve operations a provider's driver lacks by translation (R-XLATE-1); "
+        "what it would drop: named or refused (R-XLATE-5)",
     ),
     (
         "principals",
