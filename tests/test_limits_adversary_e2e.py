@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 
@@ -54,7 +55,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         }
         for name, (principal, policy) in TOKENS.items()
     ]
-    models = [{"id": "gpt-test", "providers": {"p-openai": "served-gpt"}, "max_output_tokens": CAP}]
+    models = [
+        {
+            "id": "gpt-test",
+            "providers": {"p-openai": "served-gpt"},
+            "max_output_tokens": CAP,
+            "translate": True,  # Messages served by translation on the Chat provider
+        }
+    ]
     openai = {"principal_tokens": tokens}
     directory = tmp_path_factory.mktemp("adversary")
     with Stack(directory, openai=openai, models=models, principals=PRINCIPALS) as up:
@@ -230,6 +238,20 @@ def test_a_request_asking_for_more_output_than_the_group_allows_is_capped_r_lim_
         (CAP, None),
         (None, 10),
     ]
+
+
+def test_a_translated_request_is_capped_before_translation_r_lim_5(stack: Stack) -> None:
+    """R-LIM-5 on a translated request (R-LIM-3): an Anthropic Messages request asking for
+    ``max_tokens: 10000`` of a group served on a Chat Completions provider reaches the
+    upstream as a chat request bounded by the group's cap."""
+    with anthropic.Anthropic(
+        base_url=stack.openai_url, api_key=RAW["bystander"], max_retries=0
+    ) as client:
+        client.messages.create(
+            model="gpt-test", max_tokens=10_000, messages=[{"role": "user", "content": "hi"}]
+        )
+    last = [r for r in stack.upstream().server.requests if r.json][-1]
+    assert last.json["max_tokens"] == CAP and "messages" in last.json
 
 
 def test_a_stream_cut_before_the_usage_is_charged_as_documented_r_lim_4(stack: Stack) -> None:
