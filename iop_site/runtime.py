@@ -71,6 +71,8 @@ class EdgeRuntime:
         self._apply_lock: asyncio.Lock | None = None
         self.draining = False  # set on shutdown: no new request is admitted
         self.meter = UsageMeter(lambda: self._snapshot)
+        if managed_keys is not None:  # R-MGD-13: route keys metered as their principal's
+            self.meter.route_labels = managed_keys.route_labels
         self.loop_lag = LoopLagSampler(loop_lag_interval_s)
         self.gate = GateCounts()  # Stream Evidence Gate outcomes (R-SEG-6)
 

@@ -65,6 +65,11 @@ LIVE_PARAMETERS: tuple[Parameter, ...] = (
         subtree=True,
     ),
     Parameter(
+        "models[*].max_output_tokens",
+        "output tokens one request may ask of the group (R-LIM-5)",
+        ">= 1, omitted = none",
+    ),
+    Parameter(
         "provider_pool.retry_before_first_byte",
         "retries on another provider before the first byte (R-HEALTH-1)",
         "0..3, default 1",
@@ -94,6 +99,12 @@ LIVE_PARAMETERS: tuple[Parameter, ...] = (
         "models",
         "model catalog: groups added/removed, provider mappings, usage attribution (R-CFG-4)",
         "mapped providers must exist",
+        subtree=True,
+    ),
+    Parameter(
+        "principals",
+        "principals' budgets and limits over all their keys (R-MGD-13)",
+        "unique ids; limits >= 1; a token's budget equal to its principal's",
         subtree=True,
     ),
     Parameter(
@@ -135,6 +146,11 @@ LIVE_PARAMETERS: tuple[Parameter, ...] = (
         "openai.principal_tokens[*].max_queued",
         "principal token share of the queue (R-PRIN-3)",
         "1..provider_pool.max_queue, omitted = none",
+    ),
+    Parameter(
+        "openai.principal_tokens[*].max_pending_bodies",
+        "principal token requests still sending their body (R-LIM-2)",
+        ">= 1, omitted = 8",
     ),
     Parameter(
         "openai.stream_buffer_bytes",

@@ -39,6 +39,7 @@ KEYED_LISTS: dict[tuple[Segment, ...], str] = {
     ("nodes", ANY, "providers"): "id",
     ("models",): "id",
     ("openai", "principal_tokens"): "token_ref",
+    ("principals",): "id",
 }
 NAMED_MAPS: tuple[tuple[Segment, ...], ...] = (
     ("protocol_profiles",),

@@ -312,3 +312,18 @@ def test_the_admin_is_branded_with_the_product_name(staff, client):
     client.logout()
     login = client.get("/admin/login/").content.decode()
     assert "IOP Edge" in login and "Django" not in login
+
+
+def test_principals_are_edited_on_the_edge_settings_page_and_checked_whole(staff, catalog):
+    """R-MGD-13: the admin edits ``principals:`` in Edge settings' ``other_sections``; a
+    save is kept when the whole catalog loads and refused naming the path when not."""
+    settings = EdgeSettings.objects.get()
+    data = page_data(staff.get(change_url(settings)))
+    data["other_sections"] = '{"principals": [{"id": "team-research", "rpm": 60}]}'
+    assert staff.post(change_url(settings), data).status_code == 302
+    assert catalog_to_document()["principals"] == [{"id": "team-research", "rpm": 60}]
+    data["other_sections"] = '{"principals": [{"id": "team-research", "rpm": 0}]}'
+    response = staff.post(change_url(settings), data)
+    assert response.status_code == 200
+    assert b"principals[0].rpm" in response.content
+    assert catalog_to_document()["principals"] == [{"id": "team-research", "rpm": 60}]

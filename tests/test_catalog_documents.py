@@ -125,6 +125,22 @@ def test_budgets_and_fallbacks_survive_the_round_trip_in_their_columns():
     assert load_snapshot(exported) == load_snapshot(original)
 
 
+def test_principals_and_the_new_limits_survive_the_round_trip():
+    """R-MGD-13, R-LIM-2, R-LIM-5: ``principals:``, a token's ``max_pending_bodies`` and a
+    group's ``max_output_tokens`` are kept and exported as written."""
+    original = example()
+    principals = [{"id": "team-research", "rpm": 60, "budget": {"tokens": 9, "period": "day"}}]
+    original["principals"] = principals
+    original["openai"]["principal_tokens"][0]["max_pending_bodies"] = 3
+    original["models"][0]["max_output_tokens"] = 512
+    document_to_catalog(original)
+    exported = catalog_to_document()
+    assert exported["principals"] == principals
+    assert exported["openai"]["principal_tokens"][0]["max_pending_bodies"] == 3
+    assert exported["models"][0]["max_output_tokens"] == 512
+    assert load_snapshot(exported) == load_snapshot(original)
+
+
 def test_managed_mode_sections_survive_the_round_trip():
     original = managed_example()
     document_to_catalog(original)

@@ -14,12 +14,12 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support import Stack
+from tests.support.rawhttp import MARGIN_S, connect, read_response
 
 pytestmark = pytest.mark.slow
 
 LIMIT = 64 * 1024
 HEADER_TIMEOUT_S = 2.0
-MARGIN_S = 8.0  # the bound of every wait on a socket; never asserted as a time
 CONNECTIONS = 50
 
 
@@ -28,47 +28,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     openai = {"max_request_bytes": LIMIT, "header_timeout_s": HEADER_TIMEOUT_S}
     with Stack(tmp_path_factory.mktemp("hostile"), openai=openai) as stack:
         yield stack
-
-
-def _connect(port: int) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=MARGIN_S)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
-
-
-def _read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
-    """Status, headers and body of one response with a Content-Length."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, f"closed before a response: {data!r}"
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:])}
-    if headers.get("transfer-encoding") == "chunked":
-        while not body.endswith(b"0\r\n\r\n"):
-            chunk = sock.recv(65536)
-            assert chunk, "closed inside the body"
-            body += chunk
-        return status, headers, _unchunk(body)
-    length = int(headers.get("content-length", "0"))
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        assert chunk, "closed inside the body"
-        body += chunk
-    return status, headers, body[:length]
-
-
-def _unchunk(data: bytes) -> bytes:
-    out = b""
-    while True:
-        size_line, _, data = data.partition(b"\r\n")
-        size = int(size_line, 16)
-        if size == 0:
-            return out
-        out, data = out + data[:size], data[size + 2 :]
 
 
 def _closed_by_peer(sock: socket.socket) -> bool:
@@ -122,12 +81,12 @@ def test_r_in_1_a_declared_length_over_the_limit_is_refused_before_any_body_byte
     stack: Stack, listener: str, path: str, anthropic: bool
 ) -> None:
     """R-IN-1: 1 GiB declared, no body and no credentials sent: the 413 comes at once."""
-    with _connect(stack.ports[listener]) as sock:
+    with connect(stack.ports[listener]) as sock:
         sock.sendall(
             f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             f"Content-Length: {1 << 30}\r\n\r\n".encode()
         )
-        status, headers, body = _read_response(sock)
+        status, headers, body = read_response(sock)
         _assert_too_large(status, body, anthropic)
         assert headers["connection"] == "close"
         assert _closed_by_peer(sock)
@@ -146,7 +105,7 @@ def test_r_in_1_a_chunked_body_is_refused_as_soon_as_it_passes_the_limit(
     framed = f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n"
     sent = 0
     auth = f"Authorization: Bearer {stack.token}\r\n".encode() if credentials else b""
-    with _connect(stack.ports["openai"]) as sock:
+    with connect(stack.ports["openai"]) as sock:
         sock.sendall(
             b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
             + auth
@@ -167,7 +126,7 @@ def test_r_in_1_a_chunked_body_is_refused_as_soon_as_it_passes_the_limit(
         # it was still coming (how far the client got depends on the kernel's buffers).
         assert answered or sent < 64 * LIMIT
         if credentials:
-            status, _, body = _read_response(sock)
+            status, _, body = read_response(sock)
             _assert_too_large(status, body)
         else:  # past the limit: the connection ends, after exactly one answer
             received = _until_closed(sock)
@@ -203,10 +162,10 @@ def test_r_in_5_connections_without_complete_headers_are_closed_at_the_deadline(
         b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
         b"Authorization: Bearer nothing-yet\r\nContent-Type: application/json\r\n"
     )
-    silent = [_connect(stack.ports["openai"]) for _ in range(CONNECTIONS // 2)]
+    silent = [connect(stack.ports["openai"]) for _ in range(CONNECTIONS // 2)]
     for sock in silent:
         sock.sendall(request[: len(request) // 2])
-    dribbling = [_connect(stack.ports["openai"]) for _ in range(CONNECTIONS - len(silent))]
+    dribbling = [connect(stack.ports["openai"]) for _ in range(CONNECTIONS - len(silent))]
     sent = dict.fromkeys(dribbling, 0)
     closed: set[socket.socket] = set()
     deadline = time.monotonic() + HEADER_TIMEOUT_S + MARGIN_S
@@ -242,11 +201,11 @@ def test_r_in_5_a_keep_alive_connection_is_not_cut_while_idle_between_requests(
     request = (
         f"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {stack.token}\r\n\r\n"
     ).encode()
-    with _connect(stack.ports["openai"]) as sock:
+    with connect(stack.ports["openai"]) as sock:
         sock.sendall(request)
-        assert _read_response(sock)[0] == 200
+        assert read_response(sock)[0] == 200
         ready, _, _ = select.select([sock], [], [], HEADER_TIMEOUT_S + 1.0)
         assert ready == []  # idle past the header deadline, and not closed
         sock.sendall(request)
-        status, _, body = _read_response(sock)
+        status, _, body = read_response(sock)
         assert status == 200 and json.loads(body)["data"][0]["id"] == "gpt-test"

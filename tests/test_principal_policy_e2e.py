@@ -35,7 +35,10 @@ POLICIES: dict[str, dict[str, Any]] = {
     "tpm": {"tpm": 60},
     "retry": {"rpm": 1},
     "revoked": {},
+    "share-a": {},
+    "share-b": {"max_queued": 4},  # the principal's share is the one counted (R-MGD-13)
 }
+SHARED = "team-share"  # the principal of share-a and share-b, with max_queued: 1
 TOKENS = {name: f"iop-{name}-token-{'x' * 16}" for name in POLICIES}
 
 
@@ -54,7 +57,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tokens = [
         {
             "token_ref": f"app-{name}",
-            "principal_ref": f"team-{name}",
+            "principal_ref": SHARED if name.startswith("share-") else f"team-{name}",
             "token_hash_sha256": sha256_hex(TOKENS[name]),
             **policy,
         }
@@ -66,6 +69,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         models=models,
         profiles={"messages_api": messages_profile()},
         openai={"principal_tokens": tokens},
+        principals=[{"id": SHARED, "max_queued": 1}],
         env={"IOP_RATE_LIMIT_WINDOW_S": str(WINDOW_S)},
     ) as running:
         yield running
@@ -262,6 +266,24 @@ def test_a_flooding_token_gets_queue_full_while_another_token_still_queues(
     stack.wait_until(lambda s: s["queue_depth"] == 3, what="the other token queued")
     hold.release()
     assert [finish(conn)[0] for conn in (running, *queued, other)] == [200, 200, 200, 200]
+
+
+def test_a_principal_s_queue_share_counts_all_its_tokens_r_mgd_13(stack: Stack) -> None:
+    """R-MGD-13: ``max_queued: 1`` on the principal of two tokens: one waiter of one token
+    fills it, so the other token's request gets 429 queue_full (its own ``max_queued: 4``
+    does not widen the principal's), while another principal still queues."""
+    hold = Hold(stack.upstream())
+    running = open_stream(stack, "wide")  # takes p-main's one slot and is held there
+    hold.wait_streaming()
+    queued = open_stream(stack, "share-a")
+    stack.wait_until(lambda s: s["queue_depth"] == 1, what="the principal's one waiter")
+    with client(stack, "share-b") as oai, pytest.raises(openai.RateLimitError) as caught:
+        oai.chat.completions.create(model="gpt-test", messages=MESSAGES)
+    assert caught.value.code == "queue_full"
+    other = open_stream(stack, "wide")
+    stack.wait_until(lambda s: s["queue_depth"] == 2, what="another principal queued")
+    hold.release()
+    assert [finish(conn)[0] for conn in (running, queued, other)] == [200, 200, 200]
 
 
 # --- live changes -----------------------------------------------------------------------------

@@ -167,7 +167,22 @@ CASES: list[tuple[str, Callable[[Doc], object], str, str, str]] = [
         lambda d: model(d, "echo").update(translate=True),
         'models["echo"].translate',
         LIVE,
-        "serve operations a provider's driver lacks by translation (R-XLATE-1)",
+        "serve operations a provider's driver lacks by translation (R-XLATE-1); "
+        "what it would drop: named or refused (R-XLATE-5)",
+    ),
+    (
+        "principals",
+        lambda d: d.update(principals=[{"id": "team-research", "rpm": 100}]),
+        "principals",
+        LIVE,
+        "principals' budgets and limits over all their keys (R-MGD-13)",
+    ),
+    (
+        "max_output_tokens",
+        lambda d: model(d, "echo").update(max_output_tokens=256),
+        'models["echo"].max_output_tokens',
+        LIVE,
+        "output tokens one request may ask of the group (R-LIM-5)",
     ),
     (
         "fallbacks",
@@ -321,6 +336,13 @@ CASES: list[tuple[str, Callable[[Doc], object], str, str, str]] = [
         'openai.principal_tokens["app-notebook"].max_queued',
         LIVE,
         "principal token share of the queue (R-PRIN-3)",
+    ),
+    (
+        "principal_token_max_pending_bodies",
+        lambda d: d["openai"]["principal_tokens"][0].update(max_pending_bodies=2),
+        'openai.principal_tokens["app-notebook"].max_pending_bodies',
+        LIVE,
+        "principal token requests still sending their body (R-LIM-2)",
     ),
     (
         "provider_auth",

@@ -32,6 +32,7 @@ from catalog.config.snapshot import (
     KeyFile,
     ModelGroupSpec,
     NodeSpec,
+    PrincipalSpec,
     PrincipalTokenSpec,
     ProviderAuth,
     ProviderSpec,
@@ -188,6 +189,7 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
                 if model.affinity is None
                 else Affinity(model.affinity.key, model.affinity.ttl_s)
             ),
+            max_output_tokens=model.max_output_tokens,
         )
         for provider_id, served_model in model.providers.items():
             served.setdefault(provider_id, {})[model.id] = served_model
@@ -203,10 +205,12 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
             tpm=t.tpm,
             max_queued=t.max_queued,
             budget=None if t.budget is None else Budget(t.budget.tokens, t.budget.period),
+            max_pending_bodies=t.max_pending_bodies,
         )
         for t in openai.principal_tokens
     )
     gate = openai.stream_evidence_gate
+    principals = _principals(ctx, document)
     return EdgeSnapshot(
         document_json=json.dumps(document, ensure_ascii=False),
         edge_id=edge.id,
@@ -249,4 +253,20 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
         models=MappingProxyType(models),
         _nodes_by_id=MappingProxyType({node.id: node for node in nodes}),
         _served_by_provider=freeze(served),
+        principals=MappingProxyType(principals),
     )
+
+
+def _principals(ctx: Context, document: dict[str, Any]) -> dict[str, PrincipalSpec]:
+    """R-MGD-13: ``principals:`` by id, and into the canonical document when present."""
+    out: dict[str, PrincipalSpec] = {}
+    dumped = []
+    for item in ctx.parsed.principals:
+        p = item.doc
+        assert p is not None
+        dumped.append(_dump(p))
+        budget = None if p.budget is None else Budget(p.budget.tokens, p.budget.period)
+        out[p.id] = PrincipalSpec(p.id, budget, p.rpm, p.tpm, p.max_in_flight, p.max_queued)
+    if dumped:
+        document["principals"] = dumped
+    return out

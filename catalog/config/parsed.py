@@ -18,6 +18,7 @@ from catalog.config.schema import (
     ModelDoc,
     NodeDoc,
     OpenAIDoc,
+    PrincipalDoc,
     ProfileDoc,
     ProviderDoc,
     ProviderPoolDoc,
@@ -33,7 +34,7 @@ SECTIONS: dict[str, type[Doc]] = {
     "provider_pool": ProviderPoolDoc,
     "credential_plane": CredentialPlaneDoc,
 }
-ROOT_KEYS = (*SECTIONS, "protocol_profiles", "nodes", "models")
+ROOT_KEYS = (*SECTIONS, "protocol_profiles", "nodes", "models", "principals")
 
 
 @dataclass
@@ -68,6 +69,7 @@ class Parsed:
     profiles: dict[str, Item[ProfileDoc]]
     nodes: list[NodeItem]
     models: list[Item[ModelDoc]]
+    principals: list[Item[PrincipalDoc]] = field(default_factory=list)  # R-MGD-13
 
     def section(self, name: str, kind: type[T]) -> T | None:
         """A typed section, or None when it did not validate."""
@@ -127,4 +129,8 @@ def parse_document(document: Mapping[str, Any], issues: Issues) -> Parsed:
         _item(ModelDoc, raw, ("models", index), issues)
         for index, raw in _items(document.get("models"), ("models",), issues)
     ]
-    return Parsed(sections, raw_sections, profiles, nodes, models)
+    principals = [
+        _item(PrincipalDoc, raw, ("principals", index), issues)
+        for index, raw in _items(document.get("principals"), ("principals",), issues)
+    ]
+    return Parsed(sections, raw_sections, profiles, nodes, models, principals)

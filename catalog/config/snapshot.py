@@ -109,6 +109,7 @@ class ModelGroupSpec:
     # R-XLATE-5: ``translate: {unsupported: refuse}``: what translation would drop is refused
     refuse_dropped: bool = False
     affinity: Affinity | None = None  # R-AFF-1
+    max_output_tokens: int | None = None  # R-LIM-5: None = the client's own bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +118,24 @@ class Budget:
 
     tokens: int
     period: str  # day | week | month
+
+
+@dataclass(frozen=True, slots=True)
+class PrincipalSpec:
+    """R-MGD-13: a principal's policy over all its keys (tokens, route keys) together;
+    None = no such limit. The budget is also stated here when a token states it."""
+
+    id: str
+    budget: Budget | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+    max_in_flight: int | None = None
+    max_queued: int | None = None
+
+    @property
+    def limited(self) -> bool:
+        """Whether it counts requests (rpm, tpm or in-flight) over its keys."""
+        return self.rpm is not None or self.tpm is not None or self.max_in_flight is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +155,7 @@ class PrincipalTokenSpec:
     tpm: int | None = None
     max_queued: int | None = None
     budget: Budget | None = None  # R-BUD-1: the principal's (equal on each of its tokens)
+    max_pending_bodies: int | None = None  # R-LIM-2: None = the default (pool.http.limits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +246,7 @@ class EdgeSnapshot:
     models: Mapping[str, ModelGroupSpec] = field(hash=False)
     _nodes_by_id: Mapping[str, NodeSpec] = field(repr=False, compare=False)
     _served_by_provider: Mapping[str, Mapping[str, str]] = field(repr=False, compare=False)
+    principals: Mapping[str, PrincipalSpec] = field(hash=False)  # R-MGD-13, by id
 
     @property
     def document(self) -> dict[str, Any]:

@@ -17,16 +17,18 @@ from typing import TYPE_CHECKING, Any
 from catalog.config import EdgeSnapshot
 from obskit.context import TRACE_ID
 from pool.http import observe
+from pool.http.admission import Admission, Arrival
 from pool.http.auth import Caller
 from pool.http.body import ClientGone, read_body
 from pool.http.budgets import Budgets
 from pool.http.dispatch import dispatch
 from pool.http.errors import HttpError, model_not_found
 from pool.http.fallback import Served, chain_of, serve
-from pool.http.limits import LimitsUnavailable, RateLimited, Ticket, TokenLimiter
+from pool.http.limits import TokenLimiter
 from pool.http.managed import Grant, RouteCredentials
 from pool.http.metrics import metrics_response, scrape_allowed
 from pool.http.operations import ENDPOINTS, Endpoint, ParsedRequest, Target, parse_request
+from pool.http.output_cap import capped
 from pool.http.plane import DataPlane
 from pool.http.relay import CLIENT_GONE, WRITE_FLOW, DisconnectWatch, Exchange
 from pool.http.spent import tokens_of
@@ -65,6 +67,7 @@ class OpenAIApp:
         self.limiter = TokenLimiter(rate_window_s)  # R-PRIN-2: per-token counters, this Edge
         self.shared_limits = shared_limits  # R-SCALE-6: scale-out counts in Redis instead
         self.budgets = Budgets(runtime.meter.budgets)  # R-BUD-1: from the meter's view
+        self.admission = Admission(self.limiter, shared_limits, self.budgets)  # R-LIM-1
 
     def tables(self) -> Tables:
         """The lookup tables of the active snapshot, rebuilt when it is swapped."""
@@ -72,8 +75,7 @@ class OpenAIApp:
         if snapshot is not self._snapshot or self._tables is None:
             self._tables = Tables(snapshot, self.runtime.started_at, self.runtime.managed_keys)
             self._snapshot = snapshot
-            self.limiter.retain(t.token_ref for t in snapshot.principal_tokens)
-            self.runtime.meter.configure_budgets(self.budgets.limits_of(snapshot))
+            self.runtime.meter.configure_budgets(self.admission.configure(snapshot))
         return self._tables
 
     def target(self, model: str, provider_id: str) -> Target | None:
@@ -141,10 +143,9 @@ class OpenAIApp:
             raise HttpError("method_not_allowed", f"{scope['path']} accepts POST only")
         if self.runtime.draining:  # stopping: the running requests finish, no new one starts
             raise HttpError("no_available_provider", "the Edge is shutting down")
-        budget = self.budgets.admit(caller.principal_ref)  # R-BUD-1: before the body is read
-        if budget is not None:
-            ex.extra_headers = budget
         forward = tables.provider_auth.forward_headers(headers)
+        meta.arrival = self.admission.arrive(caller)  # R-LIM-1: counted from the headers on
+        ex.extra_headers = meta.arrival.headers
         body = await read_body(receive, headers.get(b"content-length"), tables.max_request_bytes)
         request = parse_request(endpoint, body)
         request.headers = headers
@@ -153,39 +154,31 @@ class OpenAIApp:
             raise model_not_found(request.model)
         if request.model in tables.snapshot.models:
             meta.model_group = request.model
-        if caller.limits is not None and caller.token_ref is not None:
-            try:  # R-PRIN-2: before admission; across every Edge in scale-out (R-SCALE-6)
-                if self.shared_limits is None:
-                    meta.ticket = self.limiter.admit(
-                        caller.token_ref, caller.limits, request.input_tokens_estimate
-                    )
-                else:
-                    meta.ticket = await self.shared_limits.admit(
-                        caller.token_ref, caller.limits, request.input_tokens_estimate
-                    )
-            except RateLimited as exc:
-                raise HttpError("rate_limited", str(exc), headers=exc.headers()) from None
-            except LimitsUnavailable:
-                raise HttpError("pool_unavailable") from None
-            if meta.ticket.quota is not None:
-                ex.extra_headers = ex.extra_headers + meta.ticket.quota.headers()
+        # R-LIM-1: the one admission decision, after the body (across Edges: R-SCALE-6); a
+        # refusal carries the x-budget-* of this moment
+        ex.extra_headers = []
+        ex.extra_headers = await self.admission.decide(
+            caller, meta.arrival, request.input_tokens_estimate
+        )
         credentials = None
         if tables.managed is not None and meta.grant is not None:
             credentials = RouteCredentials(tables.managed, meta.grant, request.model)
         groups = chain_of(tables, request, caller, credentials is not None)  # R-FALL-1
         meta.served = Served(request.model)
+        owner, max_queued = self.admission.queue_share(caller)  # R-PRIN-3, R-MGD-13
 
         def run(attempt: ParsedRequest, long: bool) -> Awaitable[None]:
+            group = tables.snapshot.models.get(attempt.model)
             return dispatch(
                 self.runtime,
-                attempt,
+                capped(attempt, group.max_output_tokens if group else None),  # R-LIM-5
                 long=long,
                 window=tables.stream_buffer_bytes,
                 forward_headers=forward,
                 target_of=self.target,
                 ex=ex,
-                owner=caller.token_ref if caller.max_queued is not None else None,
-                max_queued=caller.max_queued,
+                owner=owner,
+                max_queued=max_queued,
                 credentials=credentials,
             )
 
@@ -246,9 +239,8 @@ class OpenAIApp:
         """The request ended however it ended: its limiter charge is settled, then metered."""
         input_tokens, output_tokens, estimated = _usage(meta, ex)
         spent = input_tokens + output_tokens + sum(s.total for s in ex.spent)  # R-BUD-2
-        if meta.ticket is not None:  # R-PRIN-2: exactly once, the estimate corrected
-            limiter = self.limiter if self.shared_limits is None else self.shared_limits
-            limiter.finish(meta.ticket, spent)
+        if meta.arrival is not None:  # R-PRIN-2: exactly once, the estimate corrected
+            self.admission.finish(meta.arrival, spent)
         request = meta.request
         status = ex.status or 500
         meter = self.runtime.meter
@@ -332,6 +324,7 @@ class _Meta:
     """Who and what a request was, for its one meter record."""
 
     __slots__ = (
+        "arrival",
         "grant",
         "model_group",
         "obs",
@@ -339,7 +332,6 @@ class _Meta:
         "principal_ref",
         "request",
         "served",
-        "ticket",
         "token_ref",
     )
 
@@ -349,7 +341,7 @@ class _Meta:
         self.principal_ref: str | None = None
         self.token_ref: str | None = None
         self.request: ParsedRequest | None = None
-        self.ticket: Ticket | None = None  # the limiter's charge, settled once at the end
+        self.arrival: Arrival | None = None  # the limiters' counts, given back once at the end
         self.grant: Grant | None = None
         self.served: Served | None = None  # R-FALL-1: the group asked of, the one serving
         self.obs: observe.Observation | None = None

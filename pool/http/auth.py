@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from catalog.config import EdgeSnapshot, SecretRef
 from pool.http.errors import HttpError
-from pool.http.limits import TokenLimits
+from pool.http.limits import DEFAULT_MAX_PENDING_BODIES, TokenLimits
 
 log = logging.getLogger("iop.http")
 
@@ -33,6 +33,7 @@ class Caller:
     models: frozenset[str] | None = None
     limits: TokenLimits | None = None
     max_queued: int | None = None
+    max_pending_bodies: int = DEFAULT_MAX_PENDING_BODIES  # R-LIM-2
 
     def may_use(self, model: str) -> bool:
         """R-PRIN-1: whether the token's scope includes this model group."""
@@ -72,6 +73,7 @@ class AuthTable:
                 models=entry.models,
                 limits=limits if limits.any else None,
                 max_queued=entry.max_queued,
+                max_pending_bodies=entry.max_pending_bodies or DEFAULT_MAX_PENDING_BODIES,
             )
         self._by_digest = by_digest
 

@@ -1,7 +1,9 @@
-"""Budgets checked before admission (R-BUD-1), beside the per-token limiter.
+"""Budgets checked at admission (R-BUD-1, R-LIM-1: ``pool.http.admission`` asks at the
+headers, to refuse early, and again after the body, to decide), beside the limiters.
 
-A principal's budget is ``{tokens, period}`` stated on one of its tokens; it holds for every
-token of that principal (catalog/config/rules/budgets.py). Before a request
+A principal's budget is ``{tokens, period}`` stated in its ``principals:`` entry or on one of
+its tokens; it holds for every token and route key of that principal, in both modes
+(catalog/config/rules/budgets.py, R-MGD-13). When a request
 of a budgeted principal is admitted, the figure the meter keeps in memory
 (``pool.metering.budget_view``) is compared with it: no I/O on the request path. Once the
 principal's metered tokens in the current UTC period reach the budget, its requests get 429
@@ -41,10 +43,12 @@ class Budgets:
         """Take the snapshot's budgets (live); the principals' periods, for the meter's view."""
         periods: dict[str, str] = {}
         limits: dict[str, int] = {}
-        for token in snapshot.principal_tokens:
-            if token.budget is not None:
-                limits[token.principal_ref] = token.budget.tokens
-                periods[token.principal_ref] = token.budget.period
+        budgets = [(t.principal_ref, t.budget) for t in snapshot.principal_tokens]
+        budgets += [(p.id, p.budget) for p in snapshot.principals.values()]  # R-MGD-13
+        for principal_ref, budget in budgets:
+            if budget is not None:
+                limits[principal_ref] = budget.tokens
+                periods[principal_ref] = budget.period
         self._limits = limits
         return periods
 

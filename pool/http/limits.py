@@ -1,8 +1,11 @@
-"""Per-token limits checked before admission: in-flight, requests and tokens per window.
+"""Per-token limits: bodies still arriving, in-flight, requests and tokens per window.
 
-R-PRIN-2. Plain Python with an injectable clock, no Django and no I/O: the surface asks
-``admit`` before it goes to the pool and calls ``finish`` exactly once when the request ends,
-however it ends (``docs/http-api.md``, "Per-token limits").
+R-PRIN-2, R-LIM-1, R-LIM-2. Plain Python with an injectable clock, no Django and no I/O. The
+surface calls ``arrive`` once the headers are authenticated (the request counts in flight
+from then on, and as a pending body until ``decide``), ``decide`` once the body is read (the
+one admission decision, on counts that include the other requests still sending their
+bodies) and ``finish`` exactly once when the request ends, however it ends
+(``docs/http-api.md``, "Per-token limits"). ``admit`` is ``arrive`` and ``decide`` at once.
 
 Windows are fixed: window ``k`` covers ``[k * window_s, (k + 1) * window_s)`` on the clock, so
 every token's counters roll over at the same instants and ``reset`` is the time to the next
@@ -17,6 +20,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 IN_FLIGHT_RETRY_S = 1.0  # over max_in_flight: no reset time is known, a run ends soon enough
+# R-LIM-2: requests of one token whose body is still arriving, on one Edge, unless the token
+# says otherwise (docs/http-api.md, "Per-token limits").
+DEFAULT_MAX_PENDING_BODIES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,19 +99,21 @@ def format_duration(seconds: float) -> bytes:
 
 
 class _Counter:
-    __slots__ = ("in_flight", "requests", "tokens", "window")
+    __slots__ = ("in_flight", "pending", "requests", "tokens", "window")
 
     def __init__(self, window: int) -> None:
-        self.in_flight = 0
+        self.in_flight = 0  # from the headers to the end: pending bodies included (R-LIM-1)
+        self.pending = 0  # bodies still arriving (R-LIM-2)
         self.window = window
         self.requests = 0
         self.tokens = 0
 
 
 class Ticket:
-    """One admitted request's charge; ``TokenLimiter.finish`` takes it back exactly once."""
+    """One request's place in the counters from its headers on, and its charge once
+    admitted; ``TokenLimiter.finish`` takes both back exactly once."""
 
-    __slots__ = ("done", "estimate", "quota", "token_ref", "window")
+    __slots__ = ("admitted", "done", "estimate", "pending", "quota", "token_ref", "window")
 
     def __init__(self, token_ref: str, window: int, estimate: int, quota: Quota | None) -> None:
         self.token_ref = token_ref
@@ -113,6 +121,8 @@ class Ticket:
         self.estimate = estimate
         self.quota = quota
         self.done = False
+        self.pending = False  # counted as a body still arriving
+        self.admitted = True  # charged to rpm and tpm (False from ``arrive`` to ``decide``)
 
 
 class TokenLimiter:
@@ -126,16 +136,47 @@ class TokenLimiter:
         self._counters: dict[str, _Counter] = {}
 
     def admit(self, token_ref: str, limits: TokenLimits, estimate: int) -> Ticket:
-        """Charge one request and its input estimate, or raise ``RateLimited``."""
-        now = self._clock()
-        window = math.floor(now / self.window_s)
+        """``arrive`` and ``decide`` at once (a request whose body is already read)."""
+        ticket = self.arrive(token_ref, None)
+        try:
+            self.decide(ticket, limits, estimate)
+        except RateLimited:
+            self.finish(ticket)
+            raise
+        return ticket
+
+    def arrive(self, token_ref: str, max_pending: int | None) -> Ticket:
+        """The headers are authenticated: the request counts in flight and as a pending body
+        (R-LIM-1), or ``RateLimited`` when the token already holds ``max_pending`` bodies
+        still arriving (R-LIM-2). Admits nothing: ``decide`` does, after the body."""
         counter = self._counters.get(token_ref)
         if counter is None:
-            counter = self._counters[token_ref] = _Counter(window)
-        elif counter.window != window:
+            counter = self._counters[token_ref] = _Counter(-1)
+        if max_pending is not None and counter.pending >= max_pending:
+            raise RateLimited("max_pending_bodies", IN_FLIGHT_RETRY_S, None)
+        counter.pending += 1
+        counter.in_flight += 1
+        ticket = Ticket(token_ref, -1, 0, None)
+        ticket.pending, ticket.admitted = True, False
+        return ticket
+
+    def decide(self, ticket: Ticket, limits: TokenLimits | None, estimate: int) -> None:
+        """The body is read: the one admission decision (R-LIM-1) on the counts now, which
+        include the token's other requests still sending bodies; ``RateLimited`` refuses
+        (``finish`` still gives the ticket back). ``limits`` None: only the body is done."""
+        counter = self._counters[ticket.token_ref]
+        if ticket.pending:
+            ticket.pending = False
+            counter.pending -= 1
+        if limits is None:
+            return
+        now = self._clock()
+        window = math.floor(now / self.window_s)
+        if counter.window != window:
             counter.window, counter.requests, counter.tokens = window, 0, 0
         reset_s = (window + 1) * self.window_s - now
-        if limits.max_in_flight is not None and counter.in_flight >= limits.max_in_flight:
+        others = counter.in_flight - 1  # this request counts from its headers on
+        if limits.max_in_flight is not None and others >= limits.max_in_flight:
             raise RateLimited(
                 "max_in_flight", IN_FLIGHT_RETRY_S, self._quota(counter, limits, reset_s)
             )
@@ -145,18 +186,18 @@ class TokenLimiter:
         # big prompt is slowed down, never locked out.
         if limits.tpm is not None and counter.tokens and counter.tokens + estimate > limits.tpm:
             raise RateLimited("tpm", reset_s, self._quota(counter, limits, reset_s))
-        counter.in_flight += 1
         counter.requests += 1
         counter.tokens += estimate
-        quota = self._quota(counter, limits, reset_s) if limits.rpm or limits.tpm else None
-        return Ticket(token_ref, window, estimate, quota)
+        ticket.window, ticket.estimate, ticket.admitted = window, estimate, True
+        ticket.quota = self._quota(counter, limits, reset_s) if limits.rpm or limits.tpm else None
 
     def finish(self, ticket: Ticket, used_tokens: int | None = None) -> bool:
         """The request ended: its in-flight slot comes back and the estimate is corrected.
 
         ``used_tokens`` (input + output, reported or estimated) replaces the estimate while
         the admission's window is current; after it has passed, only an excess over the
-        estimate is charged to the current window. False when already finished.
+        estimate is charged to the current window; a request never admitted is charged
+        nothing. False when already finished.
         """
         if ticket.done:
             return False
@@ -165,7 +206,10 @@ class TokenLimiter:
         if counter is None:
             return True
         counter.in_flight -= 1
-        if used_tokens is not None:
+        if ticket.pending:
+            ticket.pending = False
+            counter.pending -= 1
+        if used_tokens is not None and ticket.admitted:
             correction = used_tokens - ticket.estimate
             window = math.floor(self._clock() / self.window_s)
             if counter.window == ticket.window == window:
@@ -179,6 +223,10 @@ class TokenLimiter:
     def in_flight(self, token_ref: str) -> int:
         counter = self._counters.get(token_ref)
         return counter.in_flight if counter is not None else 0
+
+    def pending(self, token_ref: str) -> int:
+        counter = self._counters.get(token_ref)
+        return counter.pending if counter is not None else 0
 
     def used(self, token_ref: str) -> tuple[int, int]:
         """(requests, tokens) counted in the current window."""

@@ -29,12 +29,24 @@ if tonumber(row[1]) == w then
   req, tok = tonumber(row[2]) or 0, tonumber(row[3]) or 0
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if maxf and redis.call('ZCARD', KEYS[1]) >= maxf then
+-- R-LIM-1: the slot may be this request's own, held since its headers: the others count.
+local others = redis.call('ZCARD', KEYS[1])
+if redis.call('ZSCORE', KEYS[1], ARGV[3]) then others = others - 1 end
+-- A refused request's slot goes at once: requests deciding together never all refuse
+-- each other.
+if maxf and others >= maxf then
+  redis.call('ZREM', KEYS[1], ARGV[3])
   return {'max_in_flight', req, tok, reset, w}
 end
-if rpm and req >= rpm then return {'rpm', req, tok, reset, w} end
+if rpm and req >= rpm then
+  redis.call('ZREM', KEYS[1], ARGV[3])
+  return {'rpm', req, tok, reset, w}
+end
 -- A request larger than the whole budget still runs alone in a fresh window (limits.py).
-if tpm and tok > 0 and tok + est > tpm then return {'tpm', req, tok, reset, w} end
+if tpm and tok > 0 and tok + est > tpm then
+  redis.call('ZREM', KEYS[1], ARGV[3])
+  return {'tpm', req, tok, reset, w}
+end
 req, tok = req + 1, tok + est
 redis.call('HSET', KEYS[2], 'w', w, 'req', req, 'tok', tok)
 redis.call('PEXPIRE', KEYS[2], reset + wms)

@@ -122,11 +122,31 @@ class SharedTokenLimiter:
         base = f"{self.prefix}:lim:{token_ref}"
         return [f"{base}:fly", f"{base}:win"]
 
-    async def admit(self, token_ref: str, limits: TokenLimits, estimate: int) -> SharedTicket:
-        """Charge one request and its input estimate across every Edge, or raise
-        ``RateLimited``; ``LimitsUnavailable`` when Redis does not answer."""
-        assert self._redis is not None, "start() first"
+    def arrive(self, token_ref: str) -> SharedTicket:
+        """R-LIM-1: the request's headers are authenticated: its in-flight slot is taken in
+        Redis now (queued, never awaited; renewed like any held slot), so every Edge counts
+        it while its body arrives. Admits nothing: ``admit`` with this ticket does."""
         slot = f"{self._boot}.{next(self._ids):x}"
+        ticket = SharedTicket(token_ref, -1, 0, None, slot)
+        ticket.admitted = False
+        self._held.setdefault(token_ref, {})[slot] = ticket
+        args = [self.ttl_ms, self.time_override, 1, slot]
+        self._jobs.append(_Job("renew", self._keys(token_ref)[:1], args))
+        self._kick.set()
+        return ticket
+
+    async def admit(
+        self,
+        token_ref: str,
+        limits: TokenLimits,
+        estimate: int,
+        arrived: SharedTicket | None = None,
+    ) -> SharedTicket:
+        """Charge one request and its input estimate across every Edge, or raise
+        ``RateLimited`` (``arrived``: its slot, taken by ``arrive``, stays held until
+        ``finish``); ``LimitsUnavailable`` when Redis does not answer."""
+        assert self._redis is not None, "start() first"
+        slot = arrived.slot if arrived is not None else f"{self._boot}.{next(self._ids):x}"
         args = [
             self.window_ms,
             self.ttl_ms,
@@ -165,6 +185,10 @@ class SharedTokenLimiter:
         if verdict != "ok":
             retry = IN_FLIGHT_RETRY_S if verdict == "max_in_flight" else reset_s
             raise RateLimited(verdict, retry, quota)
+        if arrived is not None:
+            arrived.window, arrived.estimate, arrived.admitted = int(window), estimate, True
+            arrived.quota = quota if limits.rpm or limits.tpm else None
+            return arrived
         ticket = SharedTicket(
             token_ref, int(window), estimate, quota if limits.rpm or limits.tpm else None, slot
         )
@@ -212,7 +236,9 @@ class SharedTokenLimiter:
             held.pop(ticket.slot, None)
             if not held:
                 del self._held[ticket.token_ref]
-        correction = "" if used_tokens is None else str(used_tokens - ticket.estimate)
+        correction = ""  # a request never admitted was charged nothing: its slot only
+        if used_tokens is not None and ticket.admitted:
+            correction = str(used_tokens - ticket.estimate)
         self._settle(ticket.token_ref, ticket.slot, ticket.window, correction)
         return True
 

@@ -82,6 +82,17 @@ class ManagedKeys:
         self.recipients = recipients  # node id -> (key id, X25519 public key)
         self.ephemeral = EphemeralKeys()  # R-MGD-12: one key agreement per Node per minute
         self.table = RouteTable("", {}, keyring)
+        self._labels: tuple[RouteTable, dict[str, str]] = (self.table, {})
+
+    def route_labels(self) -> dict[str, str]:
+        """Route id -> principal of the table in force, for metering labels (R-MGD-13); the
+        same dict until the table is swapped."""
+        table, labels = self._labels
+        if table is not self.table:
+            table = self.table
+            labels = {grant.route_id: grant.principal_ref for grant in table.grants.values()}
+            self._labels = (table, labels)
+        return labels
 
     @classmethod
     def load(cls, snapshot: EdgeSnapshot) -> ManagedKeys:

@@ -8,6 +8,7 @@ caller-supplied model name) becomes ``-`` (R-REF-6, R-AUTH-6).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -67,12 +68,24 @@ class LabelIndex:
     __slots__ = ("attribution", "codes", "group_providers", "operations", "principal_refs",
                  "token_refs")  # fmt: skip
 
-    def __init__(self, snapshot: EdgeSnapshot, operations: Vocabulary, codes: Vocabulary) -> None:
+    def __init__(
+        self,
+        snapshot: EdgeSnapshot,
+        operations: Vocabulary,
+        codes: Vocabulary,
+        routes: Mapping[str, str] | None = None,
+    ) -> None:
         self.operations, self.codes = operations, codes
         self.attribution = {mid: m.usage_attribution for mid, m in snapshot.models.items()}
         self.group_providers = {mid: frozenset(m.providers) for mid, m in snapshot.models.items()}
-        self.token_refs = {t.token_ref: t.principal_ref for t in snapshot.principal_tokens}
-        self.principal_refs = frozenset(t.principal_ref for t in snapshot.principal_tokens)
+        # R-MGD-13: managed mode's route ids are its keys (route id -> principal): no token
+        # is configured there, so the two never meet.
+        self.token_refs = {**(routes or {})}
+        self.token_refs.update({t.token_ref: t.principal_ref for t in snapshot.principal_tokens})
+        refs = {t.principal_ref for t in snapshot.principal_tokens}
+        refs.update(snapshot.principals)  # R-MGD-13: a principal's entry names it
+        refs.update(self.token_refs.values())
+        self.principal_refs = frozenset(refs)
 
     def known_group(self, group: str) -> bool:
         return group in self.attribution

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +87,13 @@ def write_in_worker(batch: dict[UsageKey, Counts], prune_before: datetime | None
         connections.close_all()
 
 
+_NO_ROUTES: Mapping[str, str] = {}
+
+
+def _no_routes() -> Mapping[str, str]:
+    return _NO_ROUTES
+
+
 class UsageMeter:
     """Counts requests and tokens (R-AUTH-1, R-CFG-4) into its own registry and the ledger."""
 
@@ -129,6 +136,10 @@ class UsageMeter:
         self.registry = CollectorRegistry()
         self._index_for: EdgeSnapshot | None = None
         self._index: LabelIndex | None = None
+        # R-MGD-13: managed mode's route id -> principal (the route table's, swapped whole):
+        # a route key is metered as (its principal, its route), never as nobody.
+        self.route_labels: Callable[[], Mapping[str, str]] = _no_routes
+        self._routes_for: Mapping[str, str] | None = None
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
@@ -199,10 +210,10 @@ class UsageMeter:
 
     def record(self, record: RequestRecord) -> None:
         """Count one finished request; synchronous and O(1), no I/O."""
-        snapshot = self._snapshot()
-        if snapshot is not self._index_for or self._index is None:
-            index = LabelIndex(snapshot, self._operations, self._codes)
-            self._index, self._index_for = index, snapshot
+        snapshot, routes = self._snapshot(), self.route_labels()
+        if snapshot is not self._index_for or routes is not self._routes_for or not self._index:
+            index = LabelIndex(snapshot, self._operations, self._codes, routes)
+            self._index, self._index_for, self._routes_for = index, snapshot, routes
         lab = self._index.labels(record)
         tokens_in, tokens_out = token_count(record.input_tokens), token_count(record.output_tokens)
         estimated = bool(record.estimated)

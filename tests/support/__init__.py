@@ -20,8 +20,9 @@ Modules
     (``provider_pool``), ``profiles`` (``protocol_profiles``) and ``credential_plane`` are
     merged into the Edge config (``edge={"tls": ...}`` makes the Nodes dial ``wss://``,
     ``openai={"tls": ...}`` makes ``openai_url`` https); ``env`` is extra environment for the
-    Edge and the Nodes. ``start()`` (or ``with Stack(...)``) returns once every provider is
-    online; ``start(wait_online=False)`` does not wait.
+    Edge and the Nodes; ``principals`` is the top-level ``principals:`` list (R-MGD-13).
+    ``start()`` (or ``with Stack(...)``) returns once every provider is online;
+    ``start(wait_online=False)`` does not wait.
 
     ``openai_url``, ``v1_url``, ``control_url`` (the control listener on ``admin.listen``),
     ``token`` (the raw client token; token_ref ``app-test``, principal_ref ``team-test``),

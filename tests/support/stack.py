@@ -91,6 +91,7 @@ class Stack:
         admin_token: str | None = None,
         token_policy: dict[str, Any] | None = None,
         tokens: list[dict[str, Any]] | None = None,
+        principals: list[dict[str, Any]] | None = None,
         root: Path = ROOT,
     ) -> None:
         self.dir = Path(directory)
@@ -108,6 +109,7 @@ class Stack:
         self._env = env or {}
         self._token_policy = token_policy or {}  # more keys of the stack's own token (budget)
         self._tokens = tokens or []  # more principal_tokens entries, after the stack's own
+        self._principals = principals  # the top-level ``principals:`` list (R-MGD-13)
         # admin.token (docs/configuration.md): the control helpers below then present it.
         self.admin_token = admin_token
         if admin_token is not None:
@@ -223,6 +225,8 @@ class Stack:
             doc["protocol_profiles"] = _substitute(self._profiles, urls)
         if self._credential_plane is not None:
             doc["credential_plane"] = self._credential_plane
+        if self._principals is not None:
+            doc["principals"] = self._principals
         self.config_path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
     def _edge_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -27,6 +27,7 @@ def check_unique_ids(ctx: Context, issues: Issues) -> None:
     _duplicates("node", (node.item for node in ctx.parsed.nodes), issues)
     _duplicates("provider", ctx.parsed.providers(), issues)
     _duplicates("model", ctx.parsed.models, issues)
+    _duplicates("principal", ctx.parsed.principals, issues)  # R-MGD-13
 
 
 def check_model_references(ctx: Context, issues: Issues) -> None:

@@ -2,7 +2,7 @@
 
 from catalog.config.schema.base import Doc, issues_from, validate_into
 from catalog.config.schema.catalog import AuthDoc, ModelDoc, NodeDoc, ProfileDoc, ProviderDoc
-from catalog.config.schema.openai import OpenAIDoc
+from catalog.config.schema.openai import OpenAIDoc, PrincipalDoc
 from catalog.config.schema.sections import (
     AdminDoc,
     CredentialPlaneDoc,
@@ -19,6 +19,7 @@ __all__ = [
     "ModelDoc",
     "NodeDoc",
     "OpenAIDoc",
+    "PrincipalDoc",
     "ProfileDoc",
     "ProviderDoc",
     "ProviderPoolDoc",

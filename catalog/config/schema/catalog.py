@@ -129,6 +129,8 @@ class ModelDoc(Doc):
     # its R-XLATE-5 setting
     translate: bool | TranslateDoc = False
     affinity: AffinityDoc | None = None  # R-AFF-1: cache affinity inside exact capacity
+    # R-LIM-5: larger output bounds are capped to it, a missing one set to it; omitted = none
+    max_output_tokens: Annotated[int, Field(ge=1, le=2**31 - 1)] | None = None
     # R-FALL-1: model groups tried in order when this one cannot serve (rules/fallbacks.py)
     fallbacks: Annotated[list[ModelId], Field(max_length=MAX_FALLBACKS)] = Field(
         default_factory=list

@@ -58,6 +58,19 @@ class PrincipalTokenDoc(Doc):
     tpm: Limit | None = None
     max_queued: Limit | None = None
     budget: BudgetDoc | None = None  # R-BUD-1, for the whole principal (rules/budgets.py)
+    max_pending_bodies: Limit | None = None  # R-LIM-2; omitted = DEFAULT_MAX_PENDING_BODIES
+
+
+class PrincipalDoc(Doc):
+    """``principals[]`` (R-MGD-13): one principal's policy, over all its keys together, in
+    both modes; ``id`` is the ``principal_ref`` of its tokens and routes."""
+
+    id: Label
+    budget: BudgetDoc | None = None
+    rpm: Limit | None = None
+    tpm: Limit | None = None
+    max_in_flight: Limit | None = None
+    max_queued: Limit | None = None
 
 
 class ProviderAuthDoc(Doc):
