@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Modules whose import registers more suites or checks (each one: scripts/<name>.py).
 SUITE_MODULES: tuple[str, ...] = (
     "bench_tls", "bench_limits", "bench_managed", "bench_gate", "bench_scale", "bench_tracing",
-    "bench_peers", "bench_streams", "bench_queue",
+    "bench_peers", "bench_streams", "bench_queue", "bench_affinity",
 )  # fmt: skip
 BODIES = {
     "json": {"model": "bench", "messages": [{"role": "user", "content": "ping"}]},

@@ -3,6 +3,7 @@ Anthropic Messages (SSE), count_tokens and models."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -29,6 +30,11 @@ class FakeOpenAI(FakeServer):
         self.tool_arguments = '{"city":"Paris"}'
         self.call_tools = True  # answer a request that has tools with a call of the first
         self.reasoning_text: str | None = None  # Chat answers carry it as reasoning_content
+        # A model of a prefix cache (R-AFF-2, scripts/bench_affinity.py): (cold s, warm s),
+        # the time to the first byte for a conversation head this upstream has not / has seen.
+        self.prefix_cache: tuple[float, float] | None = None
+        self.heads_seen: set[str] = set()
+        self.warm_hits = 0
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -44,6 +50,16 @@ class FakeOpenAI(FakeServer):
 
     # --- chat completions ------------------------------------------------------------------
 
+    def _first_byte(self, body: dict[str, Any], cold: float, warm: float) -> float:
+        """As vLLM's prefix cache: a conversation whose head (its first two messages) ran
+        here before starts sooner."""
+        head = json.dumps((body.get("messages") or [])[:2], sort_keys=True)
+        if head in self.heads_seen:
+            self.warm_hits += 1
+            return warm
+        self.heads_seen.add(head)
+        return cold
+
     def _tool(self, body: dict[str, Any]) -> str | None:
         tools = body.get("tools") or []
         if not self.call_tools or not tools or body.get("tool_choice") == "none":
@@ -57,6 +73,8 @@ class FakeOpenAI(FakeServer):
         if (failed := await self.fail_if_told(request)) is not None:
             return failed
         body = current().json or {}
+        if self.prefix_cache is not None:
+            await asyncio.sleep(self._first_byte(body, *self.prefix_cache))
         model, tool = body.get("model", "fake-model"), self._tool(body)
         usage = {
             "prompt_tokens": self.prompt_tokens,
