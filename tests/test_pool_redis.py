@@ -452,3 +452,31 @@ async def test_r_queue_3_the_estimate_counts_the_shared_queue_over_this_edges_le
         assert a.estimate_wait("unknown") is None
         a.release(held)
         a.release(await asyncio.wait_for(waiting, 5))
+
+
+async def test_r_aff_2_a_key_follows_its_provider_across_edges_with_its_ttl() -> None:
+    """R-AFF-2: the key's provider, remembered by one Edge, wins on the other; the entry is a
+    Redis key expiring after the TTL; a waiter's grant is remembered too."""
+    import redis as redis_sync
+
+    from tests.support.redis_pool import REDIS_URL
+
+    pol = policy(prov("p1", cap=2), prov("p2", cap=2), groups={"m": ("p1", "p2")})
+    async with edges() as group:
+        a = await group.start(pol, "edge-a")
+        b = await group.start(pol, "edge-b")
+        a.node_ready("n1", 1)
+        await a.flush()
+        first = await a.acquire("m", affinity=("conv-x", 30.0))
+        again = await b.acquire("m", affinity=("conv-x", 30.0))  # R-POOL-3 alone: the other
+        assert again.provider_id == first.provider_id
+        assert b.affinity_counts[0] == {"m": 1}
+        client = redis_sync.Redis.from_url(REDIS_URL)
+        try:
+            key = f"{group.prefix}:aff:conv-x"
+            assert client.get(key) == first.provider_id.encode()
+            assert 0 < client.pttl(key) <= 30_000
+        finally:
+            client.close()
+        a.release(first)
+        b.release(again)
