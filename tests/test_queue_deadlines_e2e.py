@@ -187,9 +187,12 @@ def test_a_waiting_stream_hears_where_it_stands_and_both_sdks_read_it_unchanged(
 
     def read_anthropic() -> None:
         client = anthropic.Anthropic(base_url=stack.openai_url, api_key=stack.token, max_retries=0)
-        with client.messages.stream(
-            model="busy-ant", max_tokens=32, messages=HELLO, extra_headers=events
-        ) as stream:
+        with (
+            client,
+            client.messages.stream(
+                model="busy-ant", max_tokens=32, messages=HELLO, extra_headers=events
+            ) as stream,
+        ):
             texts["anthropic"] = stream.get_final_text()
 
     hold, holder = hold_one(stack, "main", "busy")
