@@ -32,7 +32,6 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from nodes import wire
-from pool.engine_redis import connect
 from nodes.remote_owner import Issuer, LocalRuns, ServedRuns
 from nodes.remote_wire import (
     Cancel,
@@ -47,6 +46,7 @@ from nodes.remote_wire import (
 )
 from nodes.runs import NodeUnavailable, RunChannel, RunOrder
 from nodes.tokens import sane_usage
+from pool.engine_redis import connect
 
 log = logging.getLogger("iop.nodes.remote")
 

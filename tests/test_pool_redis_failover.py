@@ -126,7 +126,9 @@ async def test_r_ha_2_a_promoted_replica_that_missed_writes_is_a_new_epoch_withi
         assert (snap.providers[0].in_flight, snap.queue_depth) == (0, 0)
 
 
-async def test_r_ha_2_the_same_server_reconnected_is_no_loss(servers: tuple[Server, Server]) -> None:
+async def test_r_ha_2_the_same_server_reconnected_is_no_loss(
+    servers: tuple[Server, Server],
+) -> None:
     """A connection broken and made again to the same server (its identity unchanged) keeps
     the epoch: no grace, no re-assertion."""
     a, _ = servers

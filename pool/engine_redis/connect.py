@@ -128,9 +128,7 @@ def parse(url: str) -> Store:
     known = (*TLS_OPTIONS, *SENTINEL_OPTIONS) if tls else SENTINEL_OPTIONS
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         if name not in known:
-            raise StoreUrlError(
-                f"unknown option {name!r} in the query (known: {', '.join(known)})"
-            )
+            raise StoreUrlError(f"unknown option {name!r} in the query (known: {', '.join(known)})")
         options[name] = value
     if creds:
         user, _, password = creds.partition(":")

@@ -73,6 +73,8 @@ class Link:
             ["EVALSHA", scripts.SHA[name], "0", *argv] for name, argv in commands
         )
         async with asyncio.timeout(self._timeout_s):
+            if not conn.is_connected:  # through Sentinel: asks for the current primary first
+                await conn.connect()
             await conn.send_packed_command(packed, check_health=False)
             raws: list[Any] = []
             for _ in commands:

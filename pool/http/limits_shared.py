@@ -95,7 +95,8 @@ class SharedTokenLimiter:
         self.time_override: str = ""  # tests: Redis time in ms
 
     async def start(self) -> None:
-        self._redis = connect.parse(self._url).client( socket_connect_timeout=1.0, socket_timeout=max(1.0, self.renew_s)
+        self._redis = connect.parse(self._url).client(
+            socket_connect_timeout=1.0, socket_timeout=max(1.0, self.renew_s)
         )
         self._sha = {name: sha1_hex(text) for name, text in SCRIPTS.items()}
         loop = asyncio.get_running_loop()

@@ -172,9 +172,9 @@ class Cluster(Stack):
     def _drop_redis_keys(self) -> None:
         if self.redis_url is None:
             return
-        import redis
+        from pool.engine_redis.connect import parse
 
-        client = redis.Redis.from_url(self.redis_url)
+        client = parse(self.redis_url).sync_client()  # a plain server or Sentinel's primary
         try:  # only this cluster's own prefix, never the whole database
             keys = list(client.scan_iter(match=f"{self.redis_prefix}:*", count=1000))
             for start in range(0, len(keys), 500):

@@ -90,17 +90,9 @@ class SentinelDeployment:
         self.replica.start()
         in_sync(self.primary, self.replica)
         for i in range(3):
-            conf = self.directory / f"sentinel-{i}.conf"
-            sentinel = Server(self.directory, f"sentinel-{i}", conf)
-            conf.write_text(
-                f"port {sentinel.port}\nbind 127.0.0.1\ndir {self.directory}\n"
-                f"sentinel monitor {SERVICE} 127.0.0.1 {self.primary.port} 2\n"
-                f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
-                f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\n"
-                f"sentinel parallel-syncs {SERVICE} 1\n"
+            self.sentinels.append(
+                start_sentinel(self.directory, f"sentinel-{i}", self.primary.port, quorum=2)
             )
-            sentinel.start()
-            self.sentinels.append(sentinel)
         # Every sentinel knows the replica and the other sentinels before a test kills anything.
         _wait(
             lambda: all(self.sentinel_view(s)["num-slaves"] == 1
@@ -113,23 +105,23 @@ class SentinelDeployment:
         with sentinel.client() as c:
             return dict(c.sentinel_master(SERVICE))
 
-    def primary_port(self) -> int:
-        """The port every sentinel names as the primary (AssertionError while they differ)."""
+    def primary_ports(self) -> set[int]:
+        """The ports the sentinels name as the primary (more than one while they disagree)."""
         ports = set()
         for s in self.sentinels:
             with s.client() as c:
                 ports.add(int(c.sentinel_get_master_addr_by_name(SERVICE)[1]))
-        assert len(ports) == 1, ports
-        return ports.pop()
+        return ports
 
     def wait_promoted(self, port: int) -> float:
         """Until every sentinel names ``port`` the primary and it answers as one; seconds."""
         start = time.monotonic()
 
         def promoted() -> bool:
-            return self.primary_port() == port and self.server(port).info("replication")[
-                "role"
-            ] == "master"
+            return (
+                self.primary_ports() == {port}
+                and self.server(port).info("replication")["role"] == "master"
+            )
 
         _wait(promoted, f"the server on port {port} promoted")
         return time.monotonic() - start
@@ -142,15 +134,31 @@ class SentinelDeployment:
             server.kill()
 
 
+def start_sentinel(
+    directory: Path, name: str, primary_port: int, *, quorum: int = 1, service: str = SERVICE
+) -> Server:
+    """A started sentinel watching the primary on ``primary_port`` as ``service``."""
+    conf = directory / f"{name}.conf"
+    sentinel = Server(directory, name, conf)
+    conf.write_text(
+        f"port {sentinel.port}\nbind 127.0.0.1\ndir {directory}\n"
+        f"sentinel monitor {service} 127.0.0.1 {primary_port} {quorum}\n"
+        f"sentinel down-after-milliseconds {service} {DOWN_AFTER_MS}\n"
+        f"sentinel failover-timeout {service} {FAILOVER_TIMEOUT_MS}\n"
+        f"sentinel parallel-syncs {service} 1\n"
+    )
+    sentinel.start()
+    return sentinel
+
+
 def in_sync(primary: Server, replica: Server) -> None:
     """Until ``replica`` is linked to ``primary`` and has every write it has sent."""
 
     def synced() -> bool:
         r = replica.info("replication")
         p = primary.info("replication")
-        return (
-            r.get("master_link_status") == "up"
-            and r.get("master_repl_offset") == p.get("master_repl_offset")
+        return r.get("master_link_status") == "up" and r.get("master_repl_offset") == p.get(
+            "master_repl_offset"
         )
 
     _wait(synced, f"{replica.name} in sync with {primary.name}")
