@@ -8,14 +8,22 @@ and the leases return to zero. Times printed as ``measured:`` feed docs/scale-ou
 from __future__ import annotations
 
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from tests.support.cluster import Cluster, postgres_test_url, scale_out_marks
+from tests.support.journeys import journey_blocks
+from tests.support.processes import ROOT
 from tests.support.scale_failures import Load, eventually, read_pool
-from tests.support.sentinel import DOWN_AFTER_MS, SentinelDeployment, sentinel_deployment
+from tests.support.sentinel import (
+    DOWN_AFTER_MS,
+    SERVICE,
+    SentinelDeployment,
+    sentinel_deployment,
+)
 
 pytestmark = [
     *scale_out_marks(),
@@ -40,6 +48,24 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelDep
         yield started
 
 
+def page_url(deployment: SentinelDeployment) -> str:
+    """``IOP_REDIS_URL`` as docs/scale-out.md's ``scale-sentinel`` block sets it, for the
+    test's sentinels and service."""
+    command = journey_blocks(ROOT / "docs" / "scale-out.md")["scale-sentinel"]
+    for i, sentinel in enumerate(deployment.sentinels, start=1):
+        command = command.replace(f"sentinel-{i}.internal:26379", f"127.0.0.1:{sentinel.port}")
+    command = command.replace("/iop/0", f"/{SERVICE}/0")
+    shell = subprocess.run(
+        ["bash", "-c", f'{command}\nprintf %s "$IOP_REDIS_URL"'],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
+    assert shell.stdout == deployment.url, shell.stdout
+    return shell.stdout
+
+
 @pytest.fixture(scope="module")
 def cluster(
     deployment: SentinelDeployment, tmp_path_factory: pytest.TempPathFactory
@@ -48,7 +74,7 @@ def cluster(
         tmp_path_factory.mktemp("cluster"),
         database_url=postgres_test_url(),
         edges=2,
-        redis_url=deployment.url,
+        redis_url=page_url(deployment),
         database_prefix="iop_scale_sentinel",
         lease_ttl_s=TTL_S,
         upstreams={name: "openai" for name in CAPACITY},
