@@ -6,6 +6,7 @@ sentence; started again, every request-log and ledger row made meanwhile is writ
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -45,10 +46,8 @@ def postgres() -> Iterator[OwnPostgres]:
         )
         yield server
     finally:
-        try:
+        with contextlib.suppress(RuntimeError):  # stopped already
             server.stop()
-        except RuntimeError:
-            pass  # stopped already
         server.remove()
 
 
@@ -59,16 +58,6 @@ def get(url: str, **headers: str) -> tuple[int, Any]:
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
-
-
-def chat(stack: Stack) -> int:
-    conn = stack.send_chat("gpt-test")
-    try:
-        response = conn.getresponse()
-        response.read()
-        return response.status
-    finally:
-        conn.close()
 
 
 def gone(status: int, body: bytes) -> bool:
@@ -89,13 +78,13 @@ def test_postgresql_stopped_under_load_v1_serves_control_plane_503_rows_wait_r_h
     postgres: OwnPostgres, tmp_path
 ) -> None:
     with Stack(tmp_path, env={"DATABASE_URL": postgres.url("iop")}) as stack:
-        before = [chat(stack) for _ in range(5)]
+        before = [stack.chat_status("gpt-test") for _ in range(5)]
         assert before == [200] * 5
         eventually(lambda: rows(postgres) == (5, 5), "the first rows written", within=30)
 
         postgres.stop()
         stopped = time.monotonic()
-        during = [chat(stack) for _ in range(40)]
+        during = [stack.chat_status("gpt-test") for _ in range(40)]
         assert during == [200] * 40  # /v1 from the active snapshot, the database gone
         assert get(stack.openai_url + "/healthz")[0] == 200
         assert gone(*get(stack.openai_url + "/admin/"))

@@ -350,6 +350,16 @@ class Stack:
         )
         return conn
 
+    def chat_status(self, model: str) -> int:
+        """A chat completion of ``model`` read to its end: its HTTP status."""
+        conn = self.send_chat(model)
+        try:
+            response = conn.getresponse()
+            response.read()
+            return response.status
+        finally:
+            conn.close()
+
     def refresh(self, mode: str, document: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """``POST /refresh`` (``dry_run`` or ``apply``) with a whole document; (status, report)."""
         body = json.dumps({"mode": mode, "config": document}).encode()
