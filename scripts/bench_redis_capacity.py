@@ -27,6 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
+from bench_pool import concurrent  # this directory: make bench-pool's client loop
 
 from pool.engine import PoolPolicy, PoolProvider
 from pool.engine_redis import RedisPool
@@ -97,28 +98,18 @@ async def cell(url: str, edges_n: int, providers: int, waiters: int, seconds: fl
 
         for edge in edges:
             edge._send = counted(edge._send)  # type: ignore[method-assign]
-        done = 0
-        stop = time.perf_counter() + seconds
-
-        async def loop(edge: RedisPool, k: int) -> None:
-            nonlocal done
-            while time.perf_counter() < stop:
-                lease = await edge.acquire(models[(done + k) % len(models)], CHAT)
-                edge.release(lease)
-                done += 1
-
         calls0, scripts0, cpu0 = stats(client)
         t0 = time.perf_counter()
-        await asyncio.gather(*(loop(e, k) for e in edges for k in range(CLIENTS)))
+        rate = await concurrent(list(edges), models, CLIENTS, seconds)  # make bench-pool's loop
+        done = rate * (time.perf_counter() - t0)  # the requests it made
         for edge in edges:
             await edge.flush()
-        elapsed = time.perf_counter() - t0
         calls1, scripts1, cpu1 = stats(client)
         for edge, send in zip(edges, original, strict=True):
             edge._send = send  # type: ignore[method-assign]
         per, scripts = (calls1 - calls0) / done, (scripts1 - scripts0) / done
         cpu_us = (cpu1 - cpu0) / done * 1e6
-        cells = [str(edges_n), str(providers), str(waiters), f"{done / elapsed:,.0f}",
+        cells = [str(edges_n), str(providers), str(waiters), f"{rate:,.0f}",
                  f"{scripts:.2f}", f"{per:.0f}", f"{sent[0] / done:.2f}", f"{cpu_us:.0f}",
                  f"{1e6 / cpu_us:,.0f}"]  # fmt: skip
         return "| " + " | ".join(cells) + " |"
