@@ -21,6 +21,8 @@ from tests.support.stack import Stack
 
 # The last commit before run requests carried request_id and traceparent (a protocol 1 Node).
 OLDER_NODE = "11f3efe1f476c6c53866343662a79774b34c2215"
+# The last commit before versions met at register (protocol 2, no FIELDS_SINCE).
+OLDER_EDGE = "f44a587e72560ccba7199539c7c6466d45fdf1d3"
 
 pytestmark = [
     pytest.mark.slow,
@@ -28,25 +30,44 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def older(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    known = subprocess.run(["git", "cat-file", "-e", f"{OLDER_NODE}^{{commit}}"], cwd=ROOT)
+def checkout(commit: str, under: Path) -> Path:
+    known = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=ROOT)
     if known.returncode != 0:
-        pytest.skip(f"commit {OLDER_NODE[:12]} is not in this clone (a shallow one?)")
-    _, root = bench_cells.baseline_checkout(OLDER_NODE, under=tmp_path_factory.mktemp("older"))
+        pytest.skip(f"commit {commit[:12]} is not in this clone (a shallow one?)")
+    return bench_cells.baseline_checkout(commit, under=under)[1]
+
+
+@pytest.fixture(scope="module")
+def older(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    under = tmp_path_factory.mktemp("older")
+    roots: dict[str, Path] = {}
     try:
-        yield root
+        yield {
+            name: roots.setdefault(name, checkout(commit, under))
+            for name, commit in (("node", OLDER_NODE), ("edge", OLDER_EDGE))
+        }
     finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(root)], cwd=ROOT, check=False)
+        for root in roots.values():
+            subprocess.run(["git", "worktree", "remove", "--force", str(root)], cwd=ROOT)
+
+
+def served(stack: Stack) -> None:
+    """Plain and streamed answers, and no frame refused on either side."""
+    assert [stack.chat_status("gpt-test") for _ in range(3)] == [200, 200, 200]
+    conn = stack.send_chat("gpt-test", stream=True)
+    try:
+        streamed = conn.getresponse()
+        assert streamed.status == 200 and b"data: [DONE]" in streamed.read()
+    finally:
+        conn.close()
+    assert "unknown field" not in stack.logs() and "protocol" not in stack.logs()
 
 
 def test_this_edge_serves_through_a_node_of_the_previous_protocol_r_ha_4(older, tmp_path):
-    with Stack(tmp_path, node_root=older) as stack:
-        assert [stack.chat_status("gpt-test") for _ in range(3)] == [200, 200, 200]
-        conn = stack.send_chat("gpt-test", stream=True)
-        try:
-            streamed = conn.getresponse()
-            assert streamed.status == 200 and b"data: [DONE]" in streamed.read()
-        finally:
-            conn.close()
-        assert "unknown field" not in stack.logs()
+    with Stack(tmp_path, node_root=older["node"]) as stack:
+        served(stack)
+
+
+def test_the_previous_edge_serves_through_this_node_r_ha_4(older, tmp_path):
+    with Stack(tmp_path, root=older["edge"], node_root=ROOT) as stack:
+        served(stack)
