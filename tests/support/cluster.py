@@ -82,6 +82,7 @@ class EdgeHandle:
         self.ports = {"edge": free_port(), "admin": free_port(), "openai": free_port()}
         self.proc: Proc | None = None
         self.since = 0  # where this start's lines begin in its log
+        self.root = ROOT  # the checkout it runs (an earlier commit's: R-HA-4 tests)
 
     @property
     def node_url(self) -> str:
@@ -229,8 +230,9 @@ class Cluster(Stack):
                 str(self.config_path),
                 *handle.flags(),
             ],
-            self._edge_env(),
+            self._edge_env({"PYTHONPATH": str(handle.root)}),
             log,
+            cwd=handle.root,
         )
         handle.proc.start()
         if wait:
