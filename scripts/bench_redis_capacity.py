@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -127,7 +128,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_redis() -> tuple[subprocess.Popen[bytes], str]:
+def start_redis() -> tuple[subprocess.Popen[bytes], str, str]:
     """A redis-server of this script's own on a free loopback port, answering."""
     port = free_port()
     directory = tempfile.mkdtemp(prefix="iop-capacity-")
@@ -143,7 +144,7 @@ def start_redis() -> tuple[subprocess.Popen[bytes], str]:
             break
         except redis.ConnectionError:
             time.sleep(0.05)  # waiting for the child process to listen
-    return server, url
+    return server, url, directory
 
 
 async def main(url: str) -> None:
@@ -159,9 +160,10 @@ async def main(url: str) -> None:
 
 
 if __name__ == "__main__":
-    redis_server, redis_url = start_redis()
+    redis_server, redis_url, redis_dir = start_redis()
     try:
         asyncio.run(main(redis_url))
     finally:
         redis_server.terminate()
         redis_server.wait(10)
+        shutil.rmtree(redis_dir, ignore_errors=True)
