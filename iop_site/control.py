@@ -15,6 +15,8 @@ import hmac
 import logging
 from typing import Any
 
+from asgiref.sync import sync_to_async
+
 from catalog.config.secrets import SecretUnavailableError
 from edgekit.http import (
     browser_refusal,
@@ -24,6 +26,12 @@ from edgekit.http import (
     send_json,
 )
 from iop_site.control_refresh import handle_refresh
+from iop_site.database_gone import (
+    DATABASE_ERRORS,
+    DATABASE_GONE,
+    RETRY_HEADERS,
+    forget_broken_connections,
+)
 from iop_site.runtime import EdgeRuntime
 from pool.engine import PoolBackendUnavailable
 from pool.http.metrics import metrics_response
@@ -58,7 +66,11 @@ class ControlApp:
             return
         path, method = scope["path"], scope["method"]
         if path == "/refresh":
-            await handle_refresh(self.runtime, scope, receive, send)
+            try:
+                await handle_refresh(self.runtime, scope, receive, send)
+            except DATABASE_ERRORS:  # R-HA-3: nothing was sent yet (the report comes last)
+                await sync_to_async(forget_broken_connections)()
+                await send_json(send, 503, DATABASE_GONE, RETRY_HEADERS)
         elif path == "/metrics" and method == "GET":
             await metrics_response(self.runtime, send)
         elif path == "/pool" and method == "GET":

@@ -14,7 +14,6 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -52,12 +51,12 @@ class ScaleSettings:
     def from_env(cls) -> ScaleSettings:
         url = os.environ.get("IOP_REDIS_URL", "").strip() or None
         if url is not None:
-            parts = urlsplit(url)
-            if parts.scheme not in ("redis", "rediss") or not parts.hostname:
-                # Never echo the URL: it may carry a password.
-                raise ImproperlyConfigured(
-                    "IOP_REDIS_URL: must be redis://HOST:PORT/DB (or rediss:// for TLS)"
-                )
+            from pool.engine_redis.connect import StoreUrlError, parse
+
+            try:
+                parse(url)
+            except StoreUrlError as exc:  # never the URL itself: it may carry a password
+                raise ImproperlyConfigured(f"IOP_REDIS_URL: {exc}") from None
         prefix = os.environ.get("IOP_REDIS_PREFIX", "").strip() or "iop"
         if not re.fullmatch(PREFIX_PATTERN, prefix):
             raise ImproperlyConfigured(
@@ -98,7 +97,12 @@ REDIS_CHECK_TIMEOUT_S = 5.0
 
 def check_redis(scale: ScaleSettings) -> None:
     """Refuse the start before anything is written or listens (R-SCALE-9) when the Redis at
-    IOP_REDIS_URL does not answer, is not a Redis, or is older than ``MIN_REDIS``."""
+    IOP_REDIS_URL does not answer, is not a Redis, or is older than ``MIN_REDIS``; with
+    Sentinel (R-HA-1), first when no sentinel answers, none knows the service, or those that
+    answer name different primaries."""
+    from iop_site.scale_sentinel import check_sentinels
+
+    check_sentinels(scale)
     version = str(_ask_redis(scale, lambda client: client.info("server")).get("redis_version"))
     parts = tuple(int(p) for p in re.findall(r"\d+", version)[:2])
     if len(parts) < 2 or parts < MIN_REDIS:
@@ -124,9 +128,10 @@ def _ask_redis(scale: ScaleSettings, ask: Callable[[Any], Any]) -> Any:
     """One question to the Redis at IOP_REDIS_URL; ``ScaleOutRefused`` saying what is wrong."""
     import redis
 
+    from pool.engine_redis.connect import parse
+
     assert scale.redis_url is not None
-    client = redis.Redis.from_url(
-        scale.redis_url,
+    client = parse(scale.redis_url).sync_client(
         socket_timeout=REDIS_CHECK_TIMEOUT_S,
         socket_connect_timeout=REDIS_CHECK_TIMEOUT_S,
         retry_on_error=[],

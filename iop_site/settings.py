@@ -51,6 +51,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # R-HA-3: PostgreSQL gone is a 503 with one sentence (docs/scale-out.md), before sessions.
+    "iop_site.database_gone.DatabaseGoneMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -46,7 +46,8 @@ class Transport(Protocol):
 
 
 class NodeSession:
-    __slots__ = ("generation", "last_seen", "node_id", "revision", "runs", "state", "transport")
+    __slots__ = ("generation", "last_seen", "node_id", "protocol", "revision", "runs", "state",
+                 "transport")  # fmt: skip
 
     def __init__(self, node_id: str, generation: int, transport: Transport, now: float) -> None:
         self.node_id = node_id
@@ -54,6 +55,7 @@ class NodeSession:
         self.transport = transport
         self.state = PENDING
         self.revision = ""
+        self.protocol = wire.PROTOCOL_VERSION  # the Node's, from its register (R-HA-4)
         self.runs: dict[str, RunChannel] = {}
         self.last_seen = now
 
@@ -225,13 +227,20 @@ class NodeHub:
         return refusals(node_id, unavailable, {p.id for p in node.providers} if node else set())
 
     async def _on_register(self, session: NodeSession, message: wire.Register) -> None:
-        if message.node_id != session.node_id or message.protocol not in wire.ACCEPTED_PROTOCOLS:
+        if message.node_id != session.node_id:
+            await self.refuse(session, "bad_register", "register does not match the node")
+            return
+        if message.protocol not in wire.ACCEPTED_PROTOCOLS:  # R-HA-4: one line, both versions
+            speaks = "-".join(str(v) for v in (min(wire.ACCEPTED_PROTOCOLS), wire.PROTOCOL_VERSION))
             await self.refuse(
                 session,
-                "bad_register",
-                "register does not match the authenticated node or protocol",
+                "unsupported_protocol",
+                f"this Edge speaks wire protocol {speaks}, the Node (agent "
+                f"{message.agent_version or 'unknown'}) protocol {message.protocol}: upgrade "
+                "the older of the two (docs/scale-out.md, rolling upgrades)",
             )
             return
+        session.protocol = message.protocol
         if session.state != PENDING or session.revision:
             await self.refuse(session, "protocol_error", "register sent twice")
             return
@@ -322,7 +331,7 @@ class NodeHub:
         try:
             for part in parts:
                 await transport.send(wire.encode(wire.RunBodyPart(run_id=run_id, data=part)))
-            await transport.send(wire.encode(message))
+            await transport.send(wire.encode(wire.for_protocol(message, session.protocol)))
         except BaseException:
             self.close_run(channel)
             raise

@@ -46,6 +46,7 @@ from nodes.remote_wire import (
 )
 from nodes.runs import NodeUnavailable, RunChannel, RunOrder
 from nodes.tokens import sane_usage
+from pool.engine_redis import connect
 
 log = logging.getLogger("iop.nodes.remote")
 
@@ -88,20 +89,22 @@ class RunRouter:
         fence: Callable[[], str | None] | None = None,
     ) -> None:
         self._own_client = isinstance(redis, str)
-        self._redis = (
-            aioredis.Redis.from_url(redis, socket_connect_timeout=2, socket_timeout=ttl_s)
-            if isinstance(redis, str)
-            else redis
-        )
         # The reader has its own connection: a blocked XREAD is never cancelled (redis-py
         # cannot cancel one cleanly); it is told to stop and ends within ``read_block_ms``.
-        kwargs = dict(self._redis.connection_pool.connection_kwargs)
-        kwargs["socket_timeout"] = read_block_ms / 1000 + ttl_s
-        self._reader = aioredis.Redis.from_pool(  # owns its pool: closed with it
-            aioredis.ConnectionPool(
-                connection_class=self._redis.connection_pool.connection_class, **kwargs
+        read_timeout = read_block_ms / 1000 + ttl_s
+        if isinstance(redis, str):  # a plain server or a Sentinel-managed primary (R-HA-1)
+            store = connect.parse(redis)
+            self._redis = store.client(socket_connect_timeout=2, socket_timeout=ttl_s)
+            self._reader = store.client(socket_connect_timeout=2, socket_timeout=read_timeout)
+        else:
+            self._redis = redis
+            kwargs = dict(redis.connection_pool.connection_kwargs)
+            kwargs["socket_timeout"] = read_timeout
+            self._reader = aioredis.Redis.from_pool(  # owns its pool: closed with it
+                aioredis.ConnectionPool(
+                    connection_class=redis.connection_pool.connection_class, **kwargs
+                )
             )
-        )
         self.read_block_ms = read_block_ms
         self.prefix, self.edge_id, self.ttl_s = prefix, edge_id, ttl_s
         self.check_s = max(ttl_s / 3, 0.05)

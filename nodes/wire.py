@@ -8,7 +8,7 @@ disturbed). This module imports nothing from Django: the Node agent uses it too.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -16,6 +16,16 @@ import msgspec
 # protocol 1 Node (it never sends that field), so Edges are upgraded before their Nodes.
 PROTOCOL_VERSION = 2
 ACCEPTED_PROTOCOLS = frozenset({1, PROTOCOL_VERSION})
+# Versions meet at register (R-HA-4; docs/architecture.md): which optional field of which
+# message came in which protocol version. A peer is sent a field only when the protocol it
+# stated at register has it (``for_protocol``): a Node one version older is never sent a
+# field it would refuse (every message forbids unknown fields). request_id and traceparent
+# came late in protocol 1: a protocol 1 Node may not know them, so they count as 2's.
+FIELDS_SINCE: dict[str, dict[str, int]] = {
+    "run_end": {"data": 2},
+    "run_request": {"request_id": 2, "traceparent": 2},
+    "tunnel_request": {"request_id": 2, "traceparent": 2},
+}
 # The Anthropic Messages API version the anthropic_messages driver sends (R-XLATE-3).
 ANTHROPIC_VERSION = "2023-06-01"
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # both sides configure their websocket with this limit
@@ -141,8 +151,13 @@ class RunError(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
 
 
 class Register(_Msg, tag="register"):
+    """``protocol``: the Node's. Defaults are never encoded, so the default must be what an
+    absent field meant to every earlier Node: 1 (a protocol 1 Node omits it). A Node sends
+    ``Register(node_id, protocol=PROTOCOL_VERSION)``; the Nodes of protocol 2 before this
+    rule omitted their 2 and are taken for 1 (sent no field of 2's: R-HA-4)."""
+
     node_id: str
-    protocol: int = PROTOCOL_VERSION
+    protocol: int = 1
     agent_version: str = ""
 
 
@@ -291,6 +306,7 @@ EdgeToNode = (
     | ErrorMessage
 )
 
+_M = TypeVar("_M", bound=_Msg)
 _encoder = msgspec.json.Encoder()
 _from_node = msgspec.json.Decoder(NodeToEdge)
 _from_edge = msgspec.json.Decoder(EdgeToNode)
@@ -299,6 +315,17 @@ _from_edge = msgspec.json.Decoder(EdgeToNode)
 def split(data: str, size: int = MAX_EVENT_DATA_CHARS) -> list[str]:
     """Pieces of at most ``size`` characters, in order (never splits a character)."""
     return [data[i : i + size] for i in range(0, len(data), size)] or [""]
+
+
+def for_protocol(message: _M, protocol: int) -> _M:
+    """``message`` without the fields ``FIELDS_SINCE`` says ``protocol`` does not have (set to
+    their defaults, which are never encoded)."""
+    newer = FIELDS_SINCE.get(str(message.__struct_config__.tag), {})
+    drop = {name for name, since in newer.items() if since > protocol}
+    if not drop:
+        return message
+    defaults = {f.name: f.default for f in msgspec.structs.fields(message) if f.name in drop}
+    return msgspec.structs.replace(message, **defaults)
 
 
 def encode(message: _Msg) -> bytes:

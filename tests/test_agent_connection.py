@@ -27,7 +27,9 @@ async def test_register_then_register_response_then_ready_with_the_payload_appli
         conn = await fake_edge.next_connection()
         register, ready = conn.received[0], conn.received[1]
         assert register == wire.Register(
-            node_id=fake_edge.node_id, agent_version=register.agent_version
+            node_id=fake_edge.node_id,
+            protocol=wire.PROTOCOL_VERSION,
+            agent_version=register.agent_version,
         )
         assert ready == wire.Ready(generation=conn.generation, revision=fake_edge.payload.revision)
         assert client.registries.current is not None

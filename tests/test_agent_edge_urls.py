@@ -94,5 +94,7 @@ async def test_when_every_edge_is_down_the_node_keeps_trying_them_in_turn(fake_o
         async with running_node(second, tmp_path, config=urls):
             conn = await second.next_connection()
             assert conn.received[0] == wire.Register(
-                node_id=second.node_id, agent_version=conn.received[0].agent_version
+                node_id=second.node_id,
+                protocol=wire.PROTOCOL_VERSION,
+                agent_version=conn.received[0].agent_version,
             )

@@ -46,13 +46,7 @@ def page(stack: Stack) -> Iterator[Page]:
 
 
 def _answer_status(stack: Stack) -> int:
-    conn = stack.send_chat("flaky-model")
-    try:
-        response = conn.getresponse()
-        response.read()
-        return response.status
-    finally:
-        conn.close()
+    return stack.chat_status("flaky-model")
 
 
 def test_status_page_shows_an_ejection_with_reason_and_time_left_then_the_recovery_r_health_4(

@@ -42,15 +42,28 @@ def test_each_request_becomes_one_pending_row_with_its_id_and_timings() -> None:
     assert (second["provider"], second["code"], second["ttft_ms"]) == ("-", "upstream_error", None)
 
 
-def test_a_full_pending_list_drops_and_counts_the_newest_rows() -> None:
-    """The request log is bounded; the hourly buckets still count every request."""
+def test_a_full_pending_list_drops_and_counts_the_oldest_rows_r_ha_3() -> None:
+    """The request log is bounded: the newest rows are kept (R-HA-3); the hourly buckets
+    still count every request."""
     meter, _ = make_meter()
     meter.requests = PendingRequests(max_rows=2)
     for n in range(5):
         meter.record(record(request_id=f"req-{n}"))
-    assert [row[0] for row in rows(meter)] == ["req-0", "req-1"]
+    assert [row[0] for row in rows(meter)] == ["req-3", "req-4"]
     assert samples(meter, "iop_request_log_dropped_total") == {frozenset(): 3.0}
     assert sum(c.requests for c in meter.pending.take().values()) == 5
+
+
+def test_rows_a_failed_write_kept_go_back_before_the_newer_ones_oldest_dropped_r_ha_3() -> None:
+    meter, _ = make_meter()
+    meter.requests = PendingRequests(max_rows=3)
+    for n in range(3):
+        meter.record(record(request_id=f"req-{n}"))
+    failed = meter.requests.take()  # a write that failed: the database is gone
+    meter.record(record(request_id="req-3"))
+    meter.requests.merge(failed)
+    assert [row[0] for row in rows(meter)] == ["req-1", "req-2", "req-3"]
+    assert meter.requests.dropped == 1
 
 
 def test_latency_histograms_per_model_group_and_provider_r_obs_3() -> None:

@@ -48,17 +48,21 @@ async def receive(comm: WebsocketCommunicator) -> wire.EdgeToNode:
     return wire.decode_from_edge(message["bytes"])
 
 
-async def register(comm: WebsocketCommunicator, node_id: str = "node-a") -> wire.RegisterResponse:
+async def register(
+    comm: WebsocketCommunicator, node_id: str = "node-a", protocol: int = wire.PROTOCOL_VERSION
+) -> wire.RegisterResponse:
     connected, _ = await comm.connect(timeout=5)
     assert connected
-    await comm.send_to(bytes_data=wire.encode(wire.Register(node_id=node_id)))
+    await comm.send_to(bytes_data=wire.encode(wire.Register(node_id=node_id, protocol=protocol)))
     response = await receive(comm)
     assert isinstance(response, wire.RegisterResponse)
     return response
 
 
-async def make_ready(comm: WebsocketCommunicator, node_id: str = "node-a") -> wire.RegisterResponse:
-    response = await register(comm, node_id)
+async def make_ready(
+    comm: WebsocketCommunicator, node_id: str = "node-a", protocol: int = wire.PROTOCOL_VERSION
+) -> wire.RegisterResponse:
+    response = await register(comm, node_id, protocol)
     await comm.send_to(
         bytes_data=wire.encode(
             wire.Ready(generation=response.generation, revision=response.payload.revision)
@@ -305,10 +309,11 @@ async def test_a_run_end_whose_output_passes_the_window_fails_the_run(runtime, c
 
 @pytest.mark.parametrize(("protocol", "accepted"), [(1, True), (2, True), (3, False), (0, False)])
 async def test_a_node_of_protocol_1_or_2_registers_and_any_other_is_refused(
-    runtime, protocol, accepted
+    runtime, protocol, accepted, caplog
 ):
     """An Edge is upgraded before its Nodes: a protocol 1 Node (no output in run_end)
-    registers; a protocol the Edge does not know is refused with the reason."""
+    registers; a protocol the Edge does not know is refused with one line naming both
+    versions, and the Edge's log says the same (R-HA-4)."""
     comm = communicator(runtime)
     connected, _ = await comm.connect(timeout=5)
     assert connected
@@ -318,9 +323,33 @@ async def test_a_node_of_protocol_1_or_2_registers_and_any_other_is_refused(
         assert isinstance(response, wire.RegisterResponse)
         await comm.disconnect()
     else:
-        assert isinstance(response, wire.ErrorMessage) and response.code == "bad_register"
+        assert isinstance(response, wire.ErrorMessage) and response.code == "unsupported_protocol"
+        assert response.message.startswith(
+            f"this Edge speaks wire protocol 1-2, the Node (agent unknown) protocol {protocol}: "
+        )
+        assert response.message in caplog.text
         closed = await comm.receive_output(timeout=5)
         assert closed["code"] == wire.CLOSE_PROTOCOL_ERROR
+
+
+@pytest.mark.parametrize(("protocol", "sent"), [(1, False), (2, True)])
+async def test_a_node_is_sent_only_the_fields_its_protocol_has_r_ha_4(runtime, protocol, sent):
+    """``wire.FIELDS_SINCE``: a protocol 1 Node (which may refuse them) gets no request_id
+    or traceparent; a protocol 2 Node gets both."""
+    comm = communicator(runtime)
+    await make_ready(comm, protocol=protocol)
+    await settle(comm)
+    lease = await runtime.pool.acquire("echo", frozenset({"chat"}))
+    body = json.dumps({"model": "echo", "messages": []}).encode()
+    trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    order = RunOrder(False, "chat_completions", True, body, request_id="req-1", traceparent=trace)
+    channel = await runtime.hub.open_run(lease, order)
+    frame = json.loads((await comm.receive_output(timeout=5))["bytes"])
+    assert frame["type"] == "run_request"
+    assert ("request_id" in frame, "traceparent" in frame) == (sent, sent)
+    runtime.hub.close_run(channel)
+    runtime.pool.release(lease)
+    await comm.disconnect()
 
 
 async def test_closing_an_unfinished_run_sends_cancel_to_the_node(runtime):

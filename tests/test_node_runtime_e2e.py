@@ -164,7 +164,10 @@ async def test_providers_are_candidates_only_once_the_node_is_ready_r_node_1_r_p
         # The Node's own token and id, registered but never ready: a pending connection.
         ws: ClientConnection
         async with dial(stack, "node-b", node_token(stack, B)) as ws:
-            await ws.send(wire.encode(wire.Register(node_id="node-b")), text=True)
+            await ws.send(
+                wire.encode(wire.Register(node_id="node-b", protocol=wire.PROTOCOL_VERSION)),
+                text=True,
+            )
             answer = wire.decode_from_edge(await asyncio.wait_for(ws.recv(), WAIT_S))
             assert isinstance(answer, wire.RegisterResponse)
             assert [p.id for p in answer.payload.providers] == ["p-b"]  # accepted

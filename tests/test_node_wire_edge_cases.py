@@ -63,7 +63,9 @@ async def test_the_first_frame_to_a_new_node_is_register_response_r_node_1() -> 
     try:
         ready, pending = Frames(), Frames()
         session = await hub.connect("n1", ready)
-        await hub.receive(session, wire.encode(wire.Register(node_id="n1")))
+        await hub.receive(
+            session, wire.encode(wire.Register(node_id="n1", protocol=wire.PROTOCOL_VERSION))
+        )
         response = await ready.first()
         assert isinstance(response, wire.RegisterResponse)
         generation, revision = response.generation, response.payload.revision
@@ -76,7 +78,9 @@ async def test_the_first_frame_to_a_new_node_is_register_response_r_node_1() -> 
             while not any(isinstance(f, wire.Ping) for f in ready.sent):
                 ready.changed.clear()
                 await ready.changed.wait()
-        await hub.receive(newcomer, wire.encode(wire.Register(node_id="n2")))
+        await hub.receive(
+            newcomer, wire.encode(wire.Register(node_id="n2", protocol=wire.PROTOCOL_VERSION))
+        )
         first = await pending.first()
         assert isinstance(first, wire.RegisterResponse), type(first).__name__
     finally:
@@ -131,3 +135,18 @@ async def test_an_echoed_forwarded_credential_is_redacted_from_the_error_r_auth_
             await http.aclose()
     assert upstream.requests[0].headers["authorization"] == f"Bearer {raw}"
     assert raw not in err.value.message
+
+
+def test_every_field_of_the_version_table_is_an_optional_field_of_its_message_r_ha_4() -> None:
+    """``wire.FIELDS_SINCE`` names real fields with defaults (a field a peer may lack must be
+    one it can be left without), for versions up to this one."""
+
+    tags = {str(t.__struct_config__.tag): t for t in (wire.RunEnd, wire.RunRequest,
+                                                       wire.TunnelRequest)}  # fmt: skip
+    for tag, fields in wire.FIELDS_SINCE.items():
+        info = {f.name: f for f in msgspec.structs.fields(tags[tag])}
+        for name, since in fields.items():
+            assert not info[name].required and 1 <= since <= wire.PROTOCOL_VERSION
+    end = wire.RunEnd(run_id="r", ok=True, data="tail")
+    assert b'"data"' not in wire.encode(wire.for_protocol(end, 1))
+    assert wire.for_protocol(end, 2) is end

@@ -56,7 +56,9 @@ async def ready_node(runtime: EdgeRuntime, node_id: str = "node-local") -> Trans
     """Register a Node on the hub and ack its payload: it is dispatch-ready (R-NODE-1)."""
     transport = Transport()
     session = transport.session = await runtime.hub.connect(node_id, transport)
-    await runtime.hub.receive(session, wire.encode(wire.Register(node_id=node_id)))
+    await runtime.hub.receive(
+        session, wire.encode(wire.Register(node_id=node_id, protocol=wire.PROTOCOL_VERSION))
+    )
     response = transport.frames[-1]
     assert isinstance(response, wire.RegisterResponse)
     await runtime.hub.receive(
@@ -114,7 +116,9 @@ async def test_a_pending_node_is_not_pushed(edge):
     is test_node_hub.py::test_a_node_pending_during_a_refresh_gets_the_new_payload_at_ready)."""
     transport = Transport()
     session = await edge.hub.connect("node-local", transport)
-    await edge.hub.receive(session, wire.encode(wire.Register(node_id="node-local")))
+    await edge.hub.receive(
+        session, wire.encode(wire.Register(node_id="node-local", protocol=wire.PROTOCOL_VERSION))
+    )
     outcome = await apply(
         edge, lambda d: model(d, "echo")["providers"].update({"echo-cli": "echo-v3"})
     )

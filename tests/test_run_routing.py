@@ -86,7 +86,9 @@ async def two_edges(url: str) -> AsyncIterator[Edges]:
     a.remote, b.remote = router_a, router_b
     node = FrameLog()
     session = await b.connect("node-a", node)
-    await b.receive(session, wire.encode(wire.Register(node_id="node-a")))
+    await b.receive(
+        session, wire.encode(wire.Register(node_id="node-a", protocol=wire.PROTOCOL_VERSION))
+    )
     response = node.sent[-1]
     assert isinstance(response, wire.RegisterResponse)
     ready = wire.Ready(generation=response.generation, revision=response.payload.revision)

@@ -30,6 +30,7 @@ from tests.support.cluster import Cluster, scale_out_redis_url
 from tests.support.processes import free_port
 from tests.support.redis_pool import OwnRedis, own_redis
 from tests.support.scale_failures import (
+    Load,
     alive_key,
     apply_document,
     ask,
@@ -366,19 +367,8 @@ def test_redis_restarted_empty_under_load_is_a_clear_503_and_never_over_admits_r
 ):
     for name in ("a", "b"):
         cluster.upstream(name).server.faults.stall_before_first_byte = 0.05
-    results: list[tuple[float, float, int, int, str]] = []  # started, ended, Edge, status, code
-    stop = threading.Event()
-
-    def load(index: int) -> None:
-        while not stop.is_set():
-            started = time.monotonic()
-            status, code = ask(cluster, index, "gpt-test", "x")
-            results.append((started, time.monotonic(), index, status, code))
-
-    threads = [threading.Thread(target=load, args=(i % 3,), daemon=True) for i in range(6)]
-    for thread in threads:
-        thread.start()
-    try:
+    with Load(cluster, edges=3) as load:
+        results = load.results
         eventually(lambda: sum(r[3] == 200 for r in results) >= 12, "load running")
         killed = time.monotonic()
         redis_server.kill()
@@ -397,10 +387,6 @@ def test_redis_restarted_empty_under_load_is_a_clear_503_and_never_over_admits_r
                 f"edge-{index} answering again",
             )
         measured("Redis restart -> every Edge answers 200 again", time.monotonic() - back)
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(30)
     # Refused while Redis is gone or recovering: the two clear codes; a routed run whose relay
     # lost Redis is a 503 pool_unavailable too (docs/scale-out.md). A run started once Redis
     # was back never fails as upstream_error: the upstream did nothing wrong.

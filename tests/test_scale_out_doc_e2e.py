@@ -44,6 +44,8 @@ RUN_HERE = ("scale-install", "scale-migrate", "scale-edge-a", "scale-edge-b", "s
 RUN_ELSEWHERE = {
     "scale-local": "tests/test_scale_local_script_e2e.py",
     "scale-rediss": "tests/test_scale_rediss_e2e.py",
+    "scale-sentinel": "tests/test_scale_sentinel_e2e.py",
+    "scale-capacity": "tests/test_scale_capacity_e2e.py",
 }
 DATABASE = os.environ.get("IOP_TEST_DATABASE_URL", "")
 EXAMPLE_DATABASE = "postgresql://iop@db.internal:5432/iop"

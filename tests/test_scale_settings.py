@@ -69,6 +69,39 @@ def test_a_redis_url_of_another_scheme_is_refused_without_echoing_it(env):
     assert "s3cret" not in str(err.value)
 
 
+def test_a_sentinel_url_names_its_sentinels_service_database_and_tls_r_ha_1():
+    from pool.engine_redis.connect import parse
+
+    store = parse(
+        "rediss+sentinel://app:p%40ss@10.0.0.1:26379,[::1]:26380/main/2"
+        "?ssl_ca_certs=/etc/ca.pem&sentinel_password=sp"
+    )
+    assert store.sentinels == (("10.0.0.1", 26379), ("::1", 26380))
+    assert (store.service, store.db, store.tls) == ("main", 2, True)
+    assert store.options == {"ssl_ca_certs": "/etc/ca.pem", "sentinel_password": "sp",
+                             "username": "app", "password": "p@ss"}  # fmt: skip
+    assert parse("redis+sentinel://127.0.0.1:26379/main").db == 0
+    assert not parse("redis://127.0.0.1:6379/0").sentinel
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("redis+sentinel://127.0.0.1:26379", "names the service after the sentinels"),
+        ("redis+sentinel://127.0.0.1:26379/a/b/c", "names the service after the sentinels"),
+        ("redis+sentinel://127.0.0.1/main/0", "every sentinel is HOST:PORT, got '127.0.0.1'"),
+        ("redis+sentinel://h:1,:2/main/0", "every sentinel is HOST:PORT, got ':2'"),
+        ("redis+sentinel://u:s3cret@h:1/main/x", "the database after the service must be a number"),
+        ("redis+sentinel://h:1/main/0?ssl_ca_certs=x", "unknown option 'ssl_ca_certs'"),
+    ],
+)
+def test_a_bad_sentinel_url_is_refused_saying_why_never_echoing_it_r_ha_1(env, url, expected):
+    env.setenv("IOP_REDIS_URL", url)
+    with pytest.raises(ImproperlyConfigured, match=expected) as err:
+        ScaleSettings.from_env()
+    assert str(err.value).startswith("IOP_REDIS_URL: ") and "s3cret" not in str(err.value)
+
+
 @pytest.mark.parametrize(
     ("name", "value", "expected"),
     [

@@ -130,3 +130,53 @@ def test_a_redis_older_than_the_minimum_says_which_is_needed_r_scale_9(tmp_path,
     with OldRedis("6.2.14") as old:
         line = refused({"DATABASE_URL": migrated_database, "IOP_REDIS_URL": old.url}, tmp_path)
     assert "is version 6.2.14; scale-out needs Redis 7.0 or newer" in line
+
+
+# --- Redis Sentinel (R-HA-1): each refusal one line, before anything listens -------------------
+
+
+@pytest.fixture(scope="module")
+def two_sentinels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]]:
+    """Two sentinels naming different primaries for one service (the ports of each)."""
+    from tests.support.sentinel import Server, start_sentinel
+
+    directory = tmp_path_factory.mktemp("sentinels")
+    started: list[Server] = []
+    try:
+        for name in ("one", "two"):
+            primary = Server(directory, f"primary-{name}")
+            primary.start()
+            started += [primary, start_sentinel(directory, f"sentinel-{name}", primary.port)]
+        yield started[1].port, started[3].port
+    finally:
+        for server in started:
+            server.kill()
+
+
+def sentinel_url(*ports: int, service: str = "iop-test") -> str:
+    return f"redis+sentinel://{','.join(f'127.0.0.1:{p}' for p in ports)}/{service}/0"
+
+
+@needs_postgres
+def test_a_sentinel_url_naming_no_reachable_sentinel_says_so_r_ha_1(tmp_path, migrated_database):
+    url = sentinel_url(free_port(), free_port())
+    line = refused({"DATABASE_URL": migrated_database, "IOP_REDIS_URL": url}, tmp_path)
+    assert "no sentinel named in IOP_REDIS_URL answers (tried 127.0.0.1:" in line
+
+
+@needs_postgres
+def test_a_service_the_sentinels_do_not_know_says_so_r_ha_1(
+    tmp_path, migrated_database, two_sentinels
+):
+    url = sentinel_url(two_sentinels[0], service="not-monitored")
+    line = refused({"DATABASE_URL": migrated_database, "IOP_REDIS_URL": url}, tmp_path)
+    assert "do not know the service 'not-monitored'" in line
+
+
+@needs_postgres
+def test_sentinels_that_disagree_on_the_primary_say_so_r_ha_1(
+    tmp_path, migrated_database, two_sentinels
+):
+    url = sentinel_url(*two_sentinels)
+    line = refused({"DATABASE_URL": migrated_database, "IOP_REDIS_URL": url}, tmp_path)
+    assert "disagree on the primary of 'iop-test'" in line and " says 127.0.0.1:" in line

@@ -241,7 +241,13 @@ class NodeClient:
         async def send(message: wire.NodeToEdge) -> None:
             await ws.send(wire.encode(message))  # binary: no UTF-8 check per frame
 
-        await send(wire.Register(node_id=self.config.node_id, agent_version=__version__))
+        await send(
+            wire.Register(
+                node_id=self.config.node_id,
+                protocol=wire.PROTOCOL_VERSION,
+                agent_version=__version__,
+            )
+        )
         async with asyncio.timeout(self.open_timeout_s):
             first = wire.decode_from_edge(await ws.recv())
             while isinstance(first, wire.Ping | wire.Pong):  # a heartbeat may come first

@@ -127,11 +127,31 @@ def lost_data(pool: RedisPool) -> None:
     pool.apply(pool._policy)
 
 
+def check_server(pool: RedisPool) -> None:
+    """Ask whether the store is still the server its epoch was born on (R-HA-2): on every new
+    connection (``Link``'s hello) and every TTL/3 here, for a server whose identity changed
+    under a connection that stayed open."""
+    if "server" not in pool._pending:
+        pool._pending.add("server")
+        pool._submit(Job("server", [], pool._periodic("server", server_checked)))
+
+
+def server_checked(out: Any) -> None:
+    """The ``server`` script's answer: a log line when the store's server is not the one its
+    epoch was born on (its new epoch re-asserts, as ``lost_data``)."""
+    if out and out[0] == "new":
+        log.warning(
+            "the shared pool store is another server than before (a promoted replica or a "
+            "restart): its data may have gone back in time, a new epoch begins (R-HA-2)"
+        )
+
+
 async def tick(pool: RedisPool) -> None:
     period = pool._ttl_s / 3
     while True:
         await asyncio.sleep(period)
         if not pool._down:
+            check_server(pool)
             renew(pool)
             pool.sweep()
 

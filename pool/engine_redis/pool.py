@@ -28,7 +28,7 @@ from pool.engine.readiness import Readiness
 if TYPE_CHECKING:
     from pool.engine.interface import PoolEngine
 
-from . import answers, background, wire
+from . import answers, background, connect, wire
 from .answers import Waiting
 from .background import CONNECTION_ERRORS
 from .jobs import Job
@@ -116,13 +116,13 @@ class RedisPool:
         listener (and the renew/sweep ticker). Raises ``EdgeIdInUse``."""
         self._kick = asyncio.Event()
         timeout_s = max(1.0, self._ttl_s / 3)  # one Redis round trip at most
-        self._redis = Redis.from_url(
-            self._url,
+        store = connect.parse(self._url)
+        self._redis = store.client(
             decode_responses=True,
             socket_connect_timeout=1.0,
             socket_timeout=timeout_s,
         )
-        self._link = Link(self._url, timeout_s)
+        self._link = Link(store, timeout_s, hello=lambda: ("server", self._args([])))
         self._jobs.appendleft(self._apply_job(self._policy))
         try:
             await self._link.open()
@@ -440,6 +440,12 @@ class RedisPool:
         if not calls:
             return []
         raws = await self._link.run([(name, self._args(args)) for name, args, _ in calls])
+        if self._link.hello_answer is not None:
+            hello, self._link.hello_answer = self._link.hello_answer, None
+            try:
+                background.server_checked(self._answer(hello))
+            except Exception as exc:  # fenced or a script error: the batch's answers say it
+                log.warning("checking the shared pool store's server failed: %r", exc)
         return wire.unfold(calls, raws, len(jobs))
 
     def _answer(self, raw: Any) -> Any:

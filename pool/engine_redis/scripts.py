@@ -22,6 +22,7 @@ NAMES = (
     "apply",
     "snapshot",
     "start",
+    "server",
 )
 PRELUDE = ("lib.lua", "lib_queue.lua", "lib_health.lua")
 _DIR = Path(__file__).resolve().parent / "lua"

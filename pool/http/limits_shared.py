@@ -22,6 +22,7 @@ from typing import Any
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
+from pool.engine_redis import connect
 from pool.http.limits import (
     IN_FLIGHT_RETRY_S,
     LimitsUnavailable,
@@ -94,8 +95,8 @@ class SharedTokenLimiter:
         self.time_override: str = ""  # tests: Redis time in ms
 
     async def start(self) -> None:
-        self._redis = Redis.from_url(
-            self._url, socket_connect_timeout=1.0, socket_timeout=max(1.0, self.renew_s)
+        self._redis = connect.parse(self._url).client(
+            socket_connect_timeout=1.0, socket_timeout=max(1.0, self.renew_s)
         )
         self._sha = {name: sha1_hex(text) for name, text in SCRIPTS.items()}
         loop = asyncio.get_running_loop()

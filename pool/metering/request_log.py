@@ -2,12 +2,15 @@
 
 The meter keeps rows in a bounded list and writes them with its batch (never per request on
 the request path); rows older than ``IOP_REQUEST_LOG_RETENTION_DAYS`` (7 by default, 0 keeps
-all) are deleted by the same flush. A full list drops the newest rows and counts them
-(``iop_request_log_dropped_total``); the hourly usage buckets still count every request.
+all) are deleted by the same flush. While the database is gone the rows wait, up to
+``MAX_PENDING_ROWS``; a full list drops the oldest rows and counts them
+(``iop_request_log_dropped_total``, R-HA-3); the hourly usage buckets still count every
+request (the ledger never drops: it folds keys, ``pending.py``).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,7 +48,7 @@ class PendingRequests:
 
     def __init__(self, max_rows: int = MAX_PENDING_ROWS) -> None:
         self.max_rows = max_rows
-        self._rows: list[tuple[object, ...]] = []
+        self._rows: deque[tuple[object, ...]] = deque()
         self.dropped = 0
 
     def __len__(self) -> int:
@@ -54,10 +57,12 @@ class PendingRequests:
     def add(
         self, at: float, record: RequestRecord, lab: RequestLabels, tokens: tuple[int, int]
     ) -> bool:
-        """Keep one finished request; False when the list is full (the row is dropped)."""
-        if len(self._rows) >= self.max_rows:
+        """Keep one finished request; False when the list was full (its oldest row is dropped
+        to make room)."""
+        kept = len(self._rows) < self.max_rows
+        if not kept:
+            self._rows.popleft()
             self.dropped += 1
-            return False
         self._rows.append((
             record.request_id[:128], at, record.trace_id[:32], lab.operation,
             lab.principal_ref, lab.token_ref, lab.model_group, lab.provider,
@@ -65,17 +70,18 @@ class PendingRequests:
             bool(record.estimated), bool(record.stream), _ms(record.queue_wait_s),
             _ms(record.ttft_s), _ms(record.duration_s),
         ))  # fmt: skip
-        return True
+        return kept
 
     def take(self) -> list[tuple[object, ...]]:
-        rows, self._rows = self._rows, []
+        rows, self._rows = list(self._rows), deque()
         return rows
 
     def merge(self, rows: list[tuple[object, ...]]) -> None:
-        """Put back rows a failed write could not store (the same bound applies)."""
+        """Put back rows a failed write could not store, before the newer ones (the same
+        bound applies: the oldest go first)."""
         room = max(self.max_rows - len(self._rows), 0)
         self.dropped += max(len(rows) - room, 0)
-        self._rows[:0] = rows[:room]
+        self._rows.extendleft(reversed(rows[len(rows) - room :] if room else []))
 
 
 def write_rows(rows: list[tuple[object, ...]], prune_before: datetime | None) -> int:

@@ -82,6 +82,7 @@ class EdgeHandle:
         self.ports = {"edge": free_port(), "admin": free_port(), "openai": free_port()}
         self.proc: Proc | None = None
         self.since = 0  # where this start's lines begin in its log
+        self.root = ROOT  # the checkout it runs (an earlier commit's: R-HA-4 tests)
 
     @property
     def node_url(self) -> str:
@@ -172,9 +173,9 @@ class Cluster(Stack):
     def _drop_redis_keys(self) -> None:
         if self.redis_url is None:
             return
-        import redis
+        from pool.engine_redis.connect import parse
 
-        client = redis.Redis.from_url(self.redis_url)
+        client = parse(self.redis_url).sync_client()  # a plain server or Sentinel's primary
         try:  # only this cluster's own prefix, never the whole database
             keys = list(client.scan_iter(match=f"{self.redis_prefix}:*", count=1000))
             for start in range(0, len(keys), 500):
@@ -229,8 +230,9 @@ class Cluster(Stack):
                 str(self.config_path),
                 *handle.flags(),
             ],
-            self._edge_env(),
+            self._edge_env({"PYTHONPATH": str(handle.root)}),
             log,
+            cwd=handle.root,
         )
         handle.proc.start()
         if wait:

@@ -107,7 +107,10 @@ class FakeNode:
 
     async def start(self) -> FakeNode:
         self.session = await self.hub.connect(self.node_id, self)
-        await self.hub.receive(self.session, wire.encode(wire.Register(node_id=self.node_id)))
+        await self.hub.receive(
+            self.session,
+            wire.encode(wire.Register(node_id=self.node_id, protocol=wire.PROTOCOL_VERSION)),
+        )
         assert self._register is not None
         await self.hub.receive(
             self.session,

@@ -54,9 +54,17 @@ class PoolKeys:
         )
 
 
+def store_client(cluster: Cluster, **kwargs: Any) -> redis.Redis:
+    """A client of the cluster's store: its Redis, or the primary Sentinel names (R-HA-1)."""
+    from pool.engine_redis.connect import parse
+
+    assert cluster.redis_url is not None
+    return parse(cluster.redis_url).sync_client(**kwargs)
+
+
 def read_pool(cluster: Cluster) -> PoolKeys:
     assert cluster.redis_url is not None
-    client = redis.Redis.from_url(cluster.redis_url, decode_responses=True)
+    client = store_client(cluster, decode_responses=True)
     p = cluster.redis_prefix
     try:
         in_flight: dict[str, int] = {}
@@ -85,7 +93,7 @@ def read_pool(cluster: Cluster) -> PoolKeys:
 def alive_key(cluster: Cluster, index: int) -> bool:
     """Whether Edge ``index``'s ``{P}:alive:{id}`` key exists (it renews it while it lives)."""
     assert cluster.redis_url is not None
-    client = redis.Redis.from_url(cluster.redis_url)
+    client = store_client(cluster)
     try:
         return bool(client.exists(f"{cluster.redis_prefix}:alive:{cluster.edges[index].edge_id}"))
     finally:
@@ -176,3 +184,35 @@ def at_once(*calls: Callable[[], Any]) -> list[Any]:
     for thread in threads:
         thread.join(60)
     return results
+
+
+class Load:
+    """``threads`` clients asking chat completions of ``model`` in a loop, spread over
+    ``edges`` Edges, while the ``with`` block runs; ``results`` holds (started, ended, Edge,
+    status, code) per answer."""
+
+    def __init__(self, cluster: Cluster, *, edges: int, threads: int = 6, model: str = "gpt-test"):
+        import threading
+
+        self.results: list[tuple[float, float, int, int, str]] = []
+        self._stop = threading.Event()
+
+        def load(index: int) -> None:
+            while not self._stop.is_set():
+                started = time.monotonic()
+                status, code = ask(cluster, index, model, "x")
+                self.results.append((started, time.monotonic(), index, status, code))
+
+        self._threads = [
+            threading.Thread(target=load, args=(i % edges,), daemon=True) for i in range(threads)
+        ]
+
+    def __enter__(self) -> Load:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(60)

@@ -93,10 +93,12 @@ class Stack:
         tokens: list[dict[str, Any]] | None = None,
         principals: list[dict[str, Any]] | None = None,
         root: Path = ROOT,
+        node_root: Path | None = None,
     ) -> None:
         self.dir = Path(directory)
         # The checkout whose Edge and Nodes run (another one: a bench baseline, scripts/bench.py)
         self.root = root
+        self.node_root = node_root or root  # the Nodes' checkout (an older one: R-HA-4 tests)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._upstream_kinds = upstreams if upstreams is not None else {"main": "openai"}
         self._nodes_spec = nodes or [{"id": "node-1", "providers": providers or DEFAULT_PROVIDERS}]
@@ -308,7 +310,7 @@ class Stack:
         doc = {"node_id": node_id, "edge_url": self.node_url, "token": {"env": "IOP_NODE_TOKEN"}}
         path.write_text(yaml.safe_dump({**doc, **extra}))
         token = self._node_tokens[node_id]
-        env = child_env({"PYTHONPATH": str(self.root), "IOP_NODE_TOKEN": token, **self._env})
+        env = child_env({"PYTHONPATH": str(self.node_root), "IOP_NODE_TOKEN": token, **self._env})
         argv = [
             sys.executable,
             "-m",
@@ -320,7 +322,7 @@ class Stack:
             "--shutdown-grace",
             "1",
         ]
-        return Proc(node_id, argv, env, self.dir / f"{node_id}.log", cwd=self.root)
+        return Proc(node_id, argv, env, self.dir / f"{node_id}.log", cwd=self.node_root)
 
     def kill_node(self, index: int = 0) -> None:
         """SIGKILL a Node (a crash: no goodbye on the wire)."""
@@ -353,6 +355,16 @@ class Stack:
             },
         )
         return conn
+
+    def chat_status(self, model: str) -> int:
+        """A chat completion of ``model`` read to its end: its HTTP status."""
+        conn = self.send_chat(model)
+        try:
+            response = conn.getresponse()
+            response.read()
+            return response.status
+        finally:
+            conn.close()
 
     def refresh(self, mode: str, document: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """``POST /refresh`` (``dry_run`` or ``apply``) with a whole document; (status, report)."""

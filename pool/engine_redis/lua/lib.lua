@@ -45,12 +45,16 @@ local function recovering() return NOW - BORN < TTL end
 -- Fencing (R-SCALE-4): an Edge is (id, fence). start.lua gives each process that claims an id
 -- a new fence (INCR of {P}:fence_seq); {P}:fences names the current one per id. A call of any
 -- other fence is refused whole (lib_health.lua, the end of the prelude). After a loss of data
--- the first process of an id to call claims it again.
+-- (the store forgot the claim, or kept an older one: R-HA-2) the newest process of an id to
+-- call claims it again, and the sequence moves past its fence: never handed out twice.
 local FENCED = false
 if FENCE ~= '' then
   local cur = redis.call('HGET', k('fences'), EDGE)
-  if not cur then
+  if not cur or tonumber(cur) < tonumber(FENCE) then
     redis.call('HSET', k('fences'), EDGE, FENCE)
+    if num(redis.call('GET', k('fence_seq'))) < tonumber(FENCE) then
+      redis.call('SET', k('fence_seq'), FENCE)
+    end
   elseif cur ~= FENCE then
     FENCED = cur
   end
