@@ -137,7 +137,10 @@ def test_an_operator_edits_a_capacity_sees_2_to_5_applies_and_makes_a_route(
     assert hashlib.sha256(first.encode()).hexdigest()[:12] in page.content()
 
     # Rotated: a new key shown once; the old one is refused, the new one works.
-    page.click("#rotate-route-key")
+    page.click("#rotate-route-key")  # asks first: the caller's key still works
+    page.wait_for_selector("#confirm-rotate-key")
+    assert "stops working" in page.content() and walk.chat(first) == 200
+    page.click("#confirm-rotate-key")
     page.wait_for_selector("#route-key")
     second = route_key(page)
     assert second != first and second.startswith("iop_route_")
