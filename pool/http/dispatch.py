@@ -17,6 +17,7 @@ and re-enter admission the same way, within the same deadline.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable
 
 from nodes.hub import NodeUnavailable
@@ -40,6 +41,23 @@ from pool.http.naming import ModelNames
 from pool.http.operations import ParsedRequest
 from pool.http.plane import DataPlane
 from pool.http.relay import Exchange, relay_stream, relay_whole
+
+# LOG_LEVEL=DEBUG: each admission decision (docs/configuration.md); ids only, never a secret.
+log = logging.getLogger("iop.pool")
+
+
+def _admitted(request: ParsedRequest, lease: Lease, left_out: frozenset[str]) -> None:
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug(
+            "admitted: model group %s -> provider %s on node %s (left out: %s)",
+            request.model, lease.provider_id, lease.node_id, ", ".join(sorted(left_out)) or "none",
+        )  # fmt: skip
+
+
+def _refused(request: ParsedRequest, error: BaseException) -> None:
+    if log.isEnabledFor(logging.DEBUG):
+        code = getattr(error, "code", type(error).__name__)
+        log.debug("not admitted: model group %s: %s", request.model, code)
 
 
 async def dispatch(
@@ -84,7 +102,9 @@ async def dispatch(
         with observe.admission():  # R-OBS-3: the queue wait
             lease = await admit()
     except PoolError as exc:
+        _refused(request, exc)
         raise from_pool_error(exc, request.model, request.needs) from None
+    _admitted(request, lease, off_route)
     gate = (admit, deadline) if request.stream and snapshot.stream_evidence_gate.enabled else None
     while True:
         attempt = Attempt(runtime, lease, window, credentials)
@@ -105,8 +125,10 @@ async def dispatch(
             async with asyncio.timeout(left):
                 with observe.admission():
                     lease = await admit(excluded)
-        except (PoolError, TimeoutError):
+        except (PoolError, TimeoutError) as exc:
+            _refused(request, exc)
             raise failed from None  # nothing else can take it in time: the failure stands
+        _admitted(request, lease, excluded | off_route)
 
 
 async def _attempt(
