@@ -312,3 +312,13 @@ def test_the_admin_is_branded_with_the_product_name(staff, client):
     client.logout()
     login = client.get("/admin/login/").content.decode()
     assert "IOP Edge" in login and "Django" not in login
+
+
+def test_the_budget_help_text_says_what_the_load_rule_says(staff, catalog):
+    """R-BUD-1: the form tells the operator what the loader enforces: a budget is the
+    principal's, stated on one of its tokens (not repeated on each)."""
+    token = PrincipalToken.objects.first()
+    assert token is not None
+    page = staff.get(change_url(token)).content.decode().replace("&#x27;", "'")
+    assert "A budget is the principal's: state it on one of its tokens" in page
+    assert "the same on every token" not in page
