@@ -59,10 +59,11 @@ test: $(DEV_STAMP)
 	if [ $$status -eq 5 ]; then status=0; fi; \
 	echo "$$IOP_TEST_SKIPPED"; exit $$status
 
-# The inner loop: unit and in-process tests (no `slow` end-to-end module, no browser), on
-# SQLite and without the services, in about a minute. Not a substitute for `make test`.
+# The inner loop: unit and in-process tests (nothing marked `slow`: no real process, no
+# browser), property tests on a tenth of their examples (IOP_TEST_FAST, tests/support/
+# examples.py), in about a minute. Not a substitute for `make test`.
 test-fast: $(DEV_STAMP)
-	$(VENV)/bin/pytest -q $(PARALLEL) -m "not slow and not serial"
+	IOP_TEST_FAST=1 $(VENV)/bin/pytest -q $(PARALLEL) -m "not slow and not serial"
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .
