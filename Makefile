@@ -1,11 +1,11 @@
-# IOP Edge — two commands: `make run` and `make test`.
+# IOP Edge — two commands: `make run` and `make test` (and `make test-fast` for the inner loop).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 BASE_STAMP := $(VENV)/.installed-base
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench bench-pool smoke clean
+.PHONY: run test test-fast lint bench bench-pool smoke clean
 
 $(BASE_STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,17 @@ DB_TESTS := tests/test_catalog_*.py tests/test_iop_*.py tests/test_metering_*.py
 	tests/test_admin_login_throttle.py tests/test_status_views.py \
 	tests/test_usage_chart.py tests/test_revision_propagation.py tests/test_managed_catalog.py
 
+# Tests run in TEST_WORKERS processes (pytest-xdist; `auto`: one per core). --dist loadfile
+# keeps each module on one worker, so a module's shared Stack starts once. Tests marked
+# `serial` (they measure latency) run afterwards, alone (exit 5: none was selected).
+# docs/testing.md says what runs where and how to run one module.
+TEST_WORKERS ?= auto
+PARALLEL := -n $(TEST_WORKERS) --dist loadfile
+# Bytecode caches on for the test targets even where the environment turns them off: without
+# them every run rewrites the asserts of ~200 test modules and compiles the project again in
+# each worker and child process (about a minute of CPU). __pycache__ is ignored by git.
+test test-fast: export PYTHONDONTWRITEBYTECODE :=
+
 test: $(DEV_STAMP)
 	$(PY) manage.py check
 	$(PY) manage.py makemigrations --check --dry-run
@@ -41,10 +52,19 @@ test: $(DEV_STAMP)
 	@eval "$$($(PY) scripts/test_services.py)"; status=0; \
 	if [ -n "$$IOP_TEST_DATABASE_URL" ]; then \
 		echo "database tests on $${IOP_TEST_DATABASE_URL%%@*}@..."; \
-		DATABASE_URL="$$IOP_TEST_DATABASE_URL" $(VENV)/bin/pytest -q $(DB_TESTS) || status=$$?; \
+		DATABASE_URL="$$IOP_TEST_DATABASE_URL" $(VENV)/bin/pytest -q $(PARALLEL) $(DB_TESTS) \
+			|| status=$$?; \
 	fi; \
-	if [ $$status -eq 0 ]; then $(VENV)/bin/pytest || status=$$?; fi; \
+	if [ $$status -eq 0 ]; then $(VENV)/bin/pytest $(PARALLEL) -m "not serial" || status=$$?; fi; \
+	if [ $$status -eq 0 ]; then $(VENV)/bin/pytest -m serial || status=$$?; fi; \
+	if [ $$status -eq 5 ]; then status=0; fi; \
 	echo "$$IOP_TEST_SKIPPED"; exit $$status
+
+# The inner loop: unit and in-process tests (nothing marked `slow`: no real process, no
+# browser), property tests on a tenth of their examples (IOP_TEST_FAST, tests/support/
+# examples.py), in about a minute. Not a substitute for `make test`.
+test-fast: $(DEV_STAMP)
+	IOP_TEST_FAST=1 $(VENV)/bin/pytest -q $(PARALLEL) -m "not slow and not serial"
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .

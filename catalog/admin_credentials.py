@@ -7,12 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
-from django.urls import path
+from django.urls import path, reverse
 from django.utils.decorators import method_decorator
 from django.views.decorators.debug import sensitive_post_parameters
 
@@ -28,10 +28,56 @@ from catalog.slots import (
     create_route,
     keyring_path,
     load_keyring,
+    managed_mode_off,
     parse_bindings,
     rotate_route_key,
     set_slot,
 )
+
+
+def _managed_off(request: HttpRequest) -> str | None:
+    """``managed_mode_off()``, worked out once per request."""
+    if not hasattr(request, "iop_managed_off"):
+        request.iop_managed_off = managed_mode_off()  # type: ignore[attr-defined]
+    return request.iop_managed_off  # type: ignore[attr-defined]
+
+
+class ManagedOnly(admin.ModelAdmin):
+    """Routes and slots are used only in managed mode (docs/credentials.md). Outside it the
+    index does not list them, nothing can be added, and their pages, reached by address,
+    say that managed mode is off instead of offering a form that cannot work."""
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return _managed_off(request) is None and super().has_module_permission(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return _managed_off(request) is None and super().has_add_permission(request)
+
+    def _say_off(self, request: HttpRequest) -> None:
+        off = _managed_off(request)
+        if off is not None:
+            name = self.model._meta.verbose_name_plural
+            messages.warning(request, f"{off[0].upper()}{off[1:]}. {name.capitalize()} are "
+                             "used only in managed mode.")  # fmt: skip
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        self._say_off(request)
+        return super().changelist_view(request, extra_context)
+
+    def add_view(self, request: HttpRequest, form_url: str = "", extra_context: Any = None):
+        if _managed_off(request) is not None:  # a bookmarked "add" page: say why, list them
+            self._say_off(request)
+            opts = self.model._meta
+            return HttpResponseRedirect(
+                reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
+            )
+        return super().add_view(request, form_url, extra_context)
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: Any = None) -> Any:  # fmt: skip
+        if request.method == "GET":
+            self._say_off(request)
+        return super().change_view(request, object_id, form_url, extra_context)
 
 
 class SlotForm(forms.ModelForm):
@@ -73,7 +119,7 @@ class SlotForm(forms.ModelForm):
 
 
 @admin.register(CredentialSlot)
-class CredentialSlotAdmin(admin.ModelAdmin):
+class CredentialSlotAdmin(ManagedOnly):
     form = SlotForm
     list_display = ("key", "profile", "credential_revision", "updated_at")
     search_fields = ("key", "profile")
@@ -149,11 +195,11 @@ class RouteCreateForm(forms.ModelForm):
 
 
 @admin.register(Route)
-class RouteAdmin(admin.ModelAdmin):
+class RouteAdmin(ManagedOnly):
     """Routes: created here or by `iop_route create`, the key shown once; listed, enabled or
     disabled, relabelled, their key rotated, deleted."""
 
-    list_display = ("key", "model_group", "principal_ref", "enabled", "revision", "bindings")
+    list_display = ("key", "model_group", "principal", "enabled", "revision", "bindings")
     list_filter = ("enabled", "model_group")
     search_fields = ("key", "model_group", "principal_ref")
     fields = ("key", "model_group", "principal_ref", "enabled", "revision", "key_prefix")
@@ -175,6 +221,11 @@ class RouteAdmin(admin.ModelAdmin):
 
     def get_inlines(self, request: HttpRequest, obj: Any) -> Any:
         return () if obj is None else self.inlines
+
+    @admin.display(description="principal", ordering="principal_ref")
+    def principal(self, obj: Route) -> str:
+        """The principal its usage counts for: its own, else the route id (docs/credentials.md)."""
+        return obj.principal_ref or f"{obj.key} (the route id)"
 
     @admin.display(description="key sha256")
     def key_prefix(self, obj: Route) -> str:
@@ -216,11 +267,22 @@ class RouteAdmin(admin.ModelAdmin):
         return own + super().get_urls()
 
     def rotate_key_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
+        """GET (or a POST without ``confirm``) asks first: the caller's key stops working."""
+        if request.method not in ("GET", "POST"):
+            return HttpResponseNotAllowed(["GET", "POST"])
         route = get_object_or_404(Route, pk=object_id)
         if not self.has_change_permission(request, route):
             raise PermissionDenied
+        if request.method == "GET" or request.POST.get("confirm") != "yes":
+            context = {
+                **self.admin_site.each_context(request),
+                "title": f"Rotate the key of route {route.key}?",
+                "opts": self.model._meta,
+                "route": route,
+            }
+            return TemplateResponse(
+                request, "admin/catalog/route/rotate_confirmation.html", context
+            )
         key = rotate_route_key(route.key)
         route.refresh_from_db()
         self.log_change(request, route, "Rotated the route key.")

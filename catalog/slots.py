@@ -17,6 +17,7 @@ from catalog.config import ConfigError, EdgeSnapshot
 from catalog.documents import validate_catalog
 from catalog.keyring import Keyring, KeyringError, new_keyring
 from catalog.models import CredentialSlot, Route, RouteSlot
+from edgekit.running import running_edge
 from secretref.keyfiles import PrivateFileError, create_private, replace_private
 
 ROUTE_KEY_PREFIX = "iop_route_"
@@ -37,17 +38,34 @@ def catalog_snapshot() -> EdgeSnapshot:
         ) from None
 
 
-def keyring_path(snapshot: EdgeSnapshot | None, given: str | None) -> str:
-    """``--keyring`` when given, else the catalog's ``credential_plane.keyring_file``."""
+MANAGED_OFF = (
+    "managed mode is off: the catalog has no credential_plane with enabled: true and a "
+    "keyring_file (docs/credentials.md)"
+)
+
+KEYRING_HINT = "; or name the keyring with --keyring FILE"  # the commands' option
+
+
+def keyring_path(snapshot: EdgeSnapshot | None, given: str | None, hint: str = "") -> str:
+    """``given`` (a command's ``--keyring``) when set, else the catalog's
+    ``credential_plane.keyring_file``; outside managed mode ``MANAGED_OFF`` and ``hint``."""
     if given:
         return given
     plane = (snapshot or catalog_snapshot()).credential_plane
     if plane is None:
-        raise CredentialError(
-            "the catalog is not in managed mode (credential_plane.enabled with keyring_file); "
-            "name the keyring with --keyring FILE"
-        )
+        raise CredentialError(MANAGED_OFF + hint)
     return plane.keyring_file
+
+
+def managed_mode_off() -> str | None:
+    """Why routes and slots are not used here, for the admin's pages; None in managed mode.
+    The running Edge's snapshot decides, else (no Edge in this process) the catalog's."""
+    edge = running_edge()
+    try:
+        snapshot = edge.snapshot if edge is not None else catalog_snapshot()
+    except CredentialError as exc:
+        return str(exc)
+    return MANAGED_OFF if snapshot.credential_plane is None else None
 
 
 def load_keyring(path: str) -> Keyring:

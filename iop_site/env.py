@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import tempfile
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -115,11 +116,19 @@ def env_secret(name: str, fallback_file: Path) -> str:
     if fallback_file.exists():
         return fallback_file.read_text().strip()
     fallback_file.parent.mkdir(parents=True, exist_ok=True)
-    value = secrets.token_urlsafe(50)
-    fd = os.open(fallback_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(value)
-    return value
+    # Written whole under a private name, then linked into place: processes starting at
+    # once (an Edge and a command, parallel test workers) all end up with the first value
+    # linked, and none reads a file another is still writing.
+    fd, draft = tempfile.mkstemp(prefix=f".{fallback_file.name}.", dir=fallback_file.parent)
+    with os.fdopen(fd, "w") as handle:  # mkstemp: mode 0600
+        handle.write(secrets.token_urlsafe(50))
+    try:
+        os.link(draft, fallback_file)
+    except FileExistsError:
+        pass  # another process linked its value first: that one is the value
+    finally:
+        os.unlink(draft)
+    return fallback_file.read_text().strip()
 
 
 def database_from_url(url: str, base_dir: Path) -> dict[str, object]:

@@ -124,7 +124,9 @@ class EdgeRuntime:
         """Routes or slots were saved in this process (the admin, a command run in process):
         rebuild the route table now (synchronous; called after the commit, off the loop)."""
         if self.managed_keys is not None:
-            self.managed_keys.refresh()
+            from catalog.route_reader import refresh_route_table  # the ORM: after setup
+
+            refresh_route_table(self.managed_keys)
 
     def relay_status(self) -> dict[str, int]:
         """Run output received from Nodes and not yet taken by clients (R-IN-5)."""

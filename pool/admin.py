@@ -63,6 +63,7 @@ class RequestLogEntryAdmin(ReadOnlyAdmin):
         "at",
         "request_id",
         "model_group",
+        "requested_group",
         "provider",
         "node",
         "principal_ref",
@@ -74,7 +75,8 @@ class RequestLogEntryAdmin(ReadOnlyAdmin):
         "ttft_ms",
         "duration_ms",
     )
-    list_filter = ("code", "model_group", "provider", "principal_ref", "stream", "at")
+    list_filter = ("code", "model_group", "requested_group", "provider", "principal_ref",
+                   "stream", "at")  # fmt: skip
     search_fields = ("=request_id", "=trace_id")
     date_hierarchy = "at"
     list_per_page = 100

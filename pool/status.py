@@ -198,6 +198,18 @@ class PoolSnapshotSerializer(serializers.Serializer):
         help_text="Stream Evidence Gate outcomes per provider id: fired, recovered, "
         "exhausted, observed (R-SEG-6, R-SEG-8)",
     )
+    ttft = serializers.DictField(
+        child=serializers.DictField(child=serializers.FloatField()),
+        help_text="time to first token of streamed requests per provider id over the last "
+        "5 minutes: p50_ms, p95_ms, count (R-OBS-3); providers without samples absent",
+    )
+    revision = serializers.IntegerField(
+        allow_null=True, help_text="the config revision this Edge runs (R-SCALE-3)"
+    )
+    credential_table = serializers.DictField(
+        required=False,
+        help_text="managed mode only: the route table in use (version, routes, slots)",
+    )
 
 
 class PoolSnapshotView(APIView):

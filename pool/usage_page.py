@@ -65,7 +65,8 @@ class UsageFilter(forms.Form):
 
 
 def _distinct(field: str) -> list[str]:
-    return sorted(UsageBucket.objects.values_list(field, flat=True).distinct())
+    # order_by(): the model's Meta.ordering would add its columns to the DISTINCT
+    return sorted(UsageBucket.objects.order_by().values_list(field, flat=True).distinct())
 
 
 def _rows(queryset: QuerySet, key: str) -> list[Row]:

@@ -201,12 +201,21 @@ def build_section(
 
 
 def x_labels(window: Window, every: int = 0) -> list[tuple[float, str]]:
-    """Labels under the x axis: about six, hours as ``HH:00`` and days as ``MM-DD``."""
+    """Labels under the x axis: about six, hours as ``HH:00`` and days as ``MM-DD``; hourly
+    buckets over several days get one date at each midnight."""
     starts = window.starts
     if not starts:
         return []
+    if window.step == "hour" and len(starts) > 48:
+        # Hourly buckets over days: one date label at each midnight (UTC), so every day
+        # gets its label (a fixed stride of buckets would put them 28 hours apart).
+        return [
+            (x_of(i, len(starts)), start.strftime("%m-%d"))
+            for i, start in enumerate(starts)
+            if start.hour == 0
+        ]
     every = every or max(1, len(starts) // 6)
-    fmt = "%m-%d" if window.step == "day" or len(starts) > 48 else "%H:00"
+    fmt = "%m-%d" if window.step == "day" else "%H:00"
     return [
         (x_of(i, len(starts)), start.strftime(fmt))
         for i, start in enumerate(starts)

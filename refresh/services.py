@@ -287,7 +287,10 @@ def _swap(runtime: RunningEdge, committed: _Committed | Outcome, actor: str) -> 
         outcome = async_to_sync(runtime.apply)(committed.snapshot, revision=revision.pk)
     except Exception as exc:
         return _swap_failed(runtime, committed, actor, exc)
-    report = committed.report.but(applied=True, pushed_nodes=tuple(outcome.pushed_nodes))
+    # ``active`` is the revision that runs (docs/refresh.md): after an apply, this one.
+    report = committed.report.but(
+        applied=True, pushed_nodes=tuple(outcome.pushed_nodes), active=revision.pk
+    )
     _save(revision, report)
     log.info(
         "revision %s applied by %s: %d live path(s), pushed to %s",

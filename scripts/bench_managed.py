@@ -82,10 +82,11 @@ def _documents(directory: Path) -> tuple[dict[str, Any], dict[str, Any], str, An
     # The legacy group holds only the provider the route has a slot for: the same pool work.
     legacy["models"][0]["providers"] = {"glm-general": "glm-4.6"}
     from catalog.config import load_snapshot
+    from catalog.route_reader import rebuild_route_table
     from pool.http.managed import ManagedKeys
 
     managed_keys = ManagedKeys.load(load_snapshot(managed))
-    managed_keys.rebuild()
+    rebuild_route_table(managed_keys)
     return managed, legacy, key, managed_keys
 
 

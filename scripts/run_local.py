@@ -133,41 +133,88 @@ def main() -> int:
     edge = subprocess.Popen(
         [PY, str(ROOT / "manage.py"), "runedge"], cwd=ROOT, stdout=subprocess.PIPE, text=True
     )
-    assert edge.stdout is not None
-    for line in edge.stdout:
-        print(line, end="")
-        if line.startswith("IOP Edge ready"):
-            break
-    else:
-        code = edge.wait()
-        print(f"The Edge did not start (exit {code}); see the messages above.", file=sys.stderr)
-        return 1
-    node = subprocess.Popen([PY, "-m", "nodes.agent.main", "--config", str(node_yaml)], cwd=ROOT)
-    print(
-        "\nClient token (keep it private): " + tokens["client"] + "\n"
-        "Try it (the CLI-backed `echo` model works on a bare machine):\n"
-        "  curl -s http://127.0.0.1:8080/v1/chat/completions \\\n"
-        f"    -H 'Authorization: Bearer {tokens['client']}' \\\n"
-        "    -H 'Content-Type: application/json' \\\n"
-        '    -d \'{"model": "echo", "messages": [{"role": "user", "content": "hello"}]}\'\n'
-        "Admin: http://127.0.0.1:8080/admin/   Pool status: http://127.0.0.1:8080/admin/pool-status/\n"
-        "Stop with Ctrl-C."
-    )
+    running = [edge]
+    stopping = False
 
     def stop(*_: object) -> None:
-        node.terminate()
-        edge.terminate()
+        nonlocal stopping
+        stopping = True
+        for proc in running:
+            proc.terminate()
 
+    # Before the wait for the ready line: a TERM at any moment stops what has started.
     signal.signal(signal.SIGTERM, stop)
     try:
+        if not wait_ready(edge):
+            code = edge.wait()
+            if stopping:
+                return 0
+            print(f"The Edge did not start (exit {code}); see the messages above.", file=sys.stderr)
+            return 1
+        node = subprocess.Popen(node_argv(node_yaml), cwd=ROOT)
+        running.append(node)
+        if stopping:  # a TERM while the Node was starting
+            node.terminate()
+        print(usage(tokens["client"]), flush=True)
+        assert edge.stdout is not None
         for line in edge.stdout:
             print(line, end="")
         edge.wait()
     except KeyboardInterrupt:
         stop()
-    node.wait(timeout=15)
-    edge.wait(timeout=15)
+    for proc in running:
+        proc.wait(timeout=15)
     return 0
+
+
+READY = "IOP Edge ready"
+
+
+def node_argv(node_yaml: Path) -> list[str]:
+    """The local Node's command: ``LOG_LEVEL`` (the Edge's variable) becomes its
+    ``--log-level``, so ``LOG_LEVEL=DEBUG make run`` shows both sides' decisions;
+    ``LOG_FORMAT`` and ``OTEL_*`` it reads from the environment itself."""
+    argv = [PY, "-m", "nodes.agent.main", "--config", str(node_yaml)]
+    level = os.environ.get("LOG_LEVEL", "").strip()
+    return [*argv, "--log-level", level] if level else argv
+
+
+def is_ready_line(line: str) -> bool:
+    """The Edge's ready line, as plain text or (``LOG_FORMAT=json``) as a JSON line's message."""
+    if line.startswith(READY):
+        return True
+    if not line.startswith("{"):
+        return False
+    try:
+        message = json.loads(line).get("message")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(message, str) and message.startswith(READY)
+
+
+def wait_ready(edge: subprocess.Popen[str]) -> bool:
+    """Echo the Edge's output until its ready line; False if it ended first."""
+    assert edge.stdout is not None
+    for line in edge.stdout:
+        print(line, end="", flush=True)
+        if is_ready_line(line):
+            return True
+    return False
+
+
+def usage(client_token: str) -> str:
+    """What ``make run`` prints once both are up (plain text in either ``LOG_FORMAT``: it is
+    for the person at the terminal)."""
+    return (
+        "\nClient token (keep it private): " + client_token + "\n"
+        "Try it (the CLI-backed `echo` model works on a bare machine):\n"
+        "  curl -s http://127.0.0.1:8080/v1/chat/completions \\\n"
+        f"    -H 'Authorization: Bearer {client_token}' \\\n"
+        "    -H 'Content-Type: application/json' \\\n"
+        '    -d \'{"model": "echo", "messages": [{"role": "user", "content": "hello"}]}\'\n'
+        "Admin: http://127.0.0.1:8080/admin/   Pool status: http://127.0.0.1:8080/admin/pool-status/\n"
+        "Stop with Ctrl-C."
+    )
 
 
 if __name__ == "__main__":

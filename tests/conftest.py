@@ -14,6 +14,18 @@ pytest_plugins = ["tests.support.fixtures"]
 os.environ["IOP_ALLOW_EXAMPLE_TOKEN_HASHES"] = "1"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fast_password_hashing():
+    """Passwords of in-process tests are hashed with MD5 (Django's advice for tests): the
+    real PBKDF2 costs about half a second of CPU per login here. The Edges that end-to-end
+    tests start keep the real hashers."""
+    from django.conf import settings
+    from django.contrib.auth.hashers import get_hashers
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    get_hashers.cache_clear()
+
+
 @pytest.fixture(autouse=True)
 def _close_sync_thread_connections(request):
     """Async tests run ORM code on asgiref's one shared worker thread; close its connections

@@ -106,6 +106,7 @@ def test_a_token_that_does_not_resolve_exits_2_instead_of_retrying(
     assert "token: environment variable IOP_NODE_TOKEN_UNSET is not set" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # starts real processes: left out of `make test-fast`
 def test_the_agent_imports_nothing_from_django():
     code = (
         "import sys, nodes.agent.main, nodes.agent.client, nodes.agent.registry\n"

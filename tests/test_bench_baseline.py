@@ -16,6 +16,7 @@ from tests.support.processes import ROOT
 from tests.support.stack import Stack
 
 
+@pytest.mark.slow  # starts real processes: left out of `make test-fast`
 @pytest.mark.skipif(not (ROOT / ".git").exists(), reason="not a git checkout: no revisions")
 def test_a_baseline_is_a_worktree_of_that_revision_made_once(tmp_path: Path) -> None:
     head = subprocess.run(

@@ -11,6 +11,7 @@ R-MGD-3 (routes: the key shown once, only its sha256 stored), R-AUTH-5 (a rotate
 from __future__ import annotations
 
 import hashlib
+import re
 import ssl
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -20,7 +21,7 @@ import openai
 import pytest
 
 from tests.support import Stack
-from tests.support.browser import NEEDS_CHROMIUM, admin_login, browser_page
+from tests.support.browser import NEEDS_CHROMIUM, admin_login, browser_page, crawl_admin
 from tests.support.managed import managed_stack, mint_keys
 from tests.support.tls import Pki
 
@@ -137,7 +138,10 @@ def test_an_operator_edits_a_capacity_sees_2_to_5_applies_and_makes_a_route(
     assert hashlib.sha256(first.encode()).hexdigest()[:12] in page.content()
 
     # Rotated: a new key shown once; the old one is refused, the new one works.
-    page.click("#rotate-route-key")
+    page.click("#rotate-route-key")  # asks first: the caller's key still works
+    page.wait_for_selector("#confirm-rotate-key")
+    assert "stops working" in page.content() and walk.chat(first) == 200
+    page.click("#confirm-rotate-key")
     page.wait_for_selector("#route-key")
     second = route_key(page)
     assert second != first and second.startswith("iop_route_")
@@ -146,3 +150,52 @@ def test_an_operator_edits_a_capacity_sees_2_to_5_applies_and_makes_a_route(
     page.goto(admin + "catalog/route/")
     assert first not in page.content() and second not in page.content()
     walk.stack.wait_idle()
+
+
+VIEWER = "viewer"  # staff, not a superuser: every model's view permission, nothing else
+MAKE_VIEWER = (
+    "from django.contrib.auth.models import Permission, User\n"
+    f"user = User.objects.create_user({VIEWER!r}, password={PASSWORD!r}, is_staff=True)\n"
+    "user.user_permissions.set(Permission.objects.filter(codename__startswith='view_'))\n"
+)
+
+
+@pytest.fixture(scope="module")
+def crawlable(walk: Walk) -> Walk:
+    """The walk's Edge with a read-only staff user and a route of its own (so a route's
+    pages exist whichever test ran first)."""
+    walk.stack.manage("shell", "-c", MAKE_VIEWER)
+    walk.stack.manage(
+        "iop_route", "create", "team-crawl", "--model", "glm", "--slot", "glm=glm-main"
+    )
+    return walk
+
+
+@pytest.mark.parametrize("username", ["staff", VIEWER])
+def test_every_admin_page_answers_without_a_server_error(
+    crawlable: Walk, page: Page, username: str
+) -> None:
+    """Every page reachable from the admin index, for a superuser and for a staff user who
+    may only view: none answers 500. The superuser reaches every table's list, add form and
+    an object's pages (a route's key rotation asks first); the viewer every list, no add form."""
+    origin = crawlable.stack.openai_url
+    page.goto(origin + "/admin/")
+    admin_login(page, username, PASSWORD)
+    page.wait_for_url(origin + "/admin/")
+    seen = crawl_admin(page, origin)
+    errors = {path: status for path, status in seen.items() if status >= 500}
+    assert not errors, errors
+    lists = {p for p in seen if re.fullmatch(r"/admin/[^/]+/[^/]+/", p)}
+    expected = {
+        "/admin/catalog/route/", "/admin/catalog/credentialslot/", "/admin/catalog/provider/",
+        "/admin/pool/requestlogentry/", "/admin/refresh/configrevision/", "/admin/auth/user/",
+    }  # fmt: skip
+    assert expected <= lists, sorted(lists)
+    assert {"/admin/pool-status/", "/admin/usage/"} <= set(seen)
+    adds = {p for p in seen if p.endswith("/add/")}
+    if username == VIEWER:
+        assert not adds, adds
+        return
+    assert "/admin/catalog/route/add/" in adds and len(adds) >= 8, sorted(adds)
+    assert any(p.endswith("/rotate-key/") for p in seen), sorted(seen)
+    assert any(p.endswith("/dry-run/") for p in seen), sorted(seen)

@@ -108,6 +108,14 @@ def test_usage_page_charts_metered_requests_per_principal_and_model_group(
         assert chart.is_visible()
         assert chart.locator("polyline").count() == 2
     assert int(group.get_attribute("data-input-tokens") or 0) > 0
+    # Each legend marker has its series' colour (the line's), none the text's.
+    marker = "m => getComputedStyle(document.querySelector('.legend .m-' + m), '::before').color"
+    line = "m => getComputedStyle(document.querySelector('polyline.m-' + m)).stroke"
+    text = page.evaluate("getComputedStyle(document.querySelector('.legend span')).color")
+    metrics = ("requests", "errors", "input_tokens", "output_tokens")
+    markers = {m: page.evaluate(marker, m) for m in metrics}
+    assert markers == {m: page.evaluate(line, m) for m in metrics}, markers
+    assert len(set(markers.values())) == len(metrics) and text not in markers.values()
 
     page.select_option("#id_range", "30d")
     page.select_option("#id_model_group", "slow-model")

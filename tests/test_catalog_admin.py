@@ -327,3 +327,13 @@ def test_principals_are_edited_on_the_edge_settings_page_and_checked_whole(staff
     assert response.status_code == 200
     assert b"principals[0].rpm" in response.content
     assert catalog_to_document()["principals"] == [{"id": "team-research", "rpm": 60}]
+
+
+def test_the_budget_help_text_says_what_the_load_rule_says(staff, catalog):
+    """R-BUD-1: the form tells the operator what the loader enforces: a budget is the
+    principal's, stated on one of its tokens (not repeated on each)."""
+    token = PrincipalToken.objects.first()
+    assert token is not None
+    page = staff.get(change_url(token)).content.decode().replace("&#x27;", "'")
+    assert "A budget is the principal's: state it on one of its tokens" in page
+    assert "the same on every token" not in page

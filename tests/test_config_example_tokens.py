@@ -57,6 +57,7 @@ def test_minted_hashes_load_outside_tests(outside_tests):
     assert load_snapshot(document).principal_tokens[0].token_ref == "app"
 
 
+@pytest.mark.slow  # starts real processes: left out of `make test-fast`
 def test_runedge_refuses_to_start_on_the_example_instead_of_letting_guessers_in(tmp_path):
     """The fallback to configs/edge.yaml (empty database, no --config) is refused at start."""
     env = {

@@ -203,6 +203,7 @@ def test_a_nearly_empty_document_takes_every_default():
     assert snapshot.credential_plane_enabled is False
 
 
+@pytest.mark.slow  # starts real processes: left out of `make test-fast`
 def test_config_package_never_imports_django():
     code = (
         "import sys, catalog.config;"

@@ -26,6 +26,7 @@ PROBE = (
 )
 
 
+@pytest.mark.slow  # starts real processes: left out of `make test-fast`
 def test_a_database_file_is_in_wal_mode_with_normal_sync_and_immediate_transactions(tmp_path):
     env = {
         "PATH": "/usr/bin:/bin",

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from catalog.config import load_snapshot
 from iop_site.runtime import EdgeRuntime
 from pool.engine import ProviderPool
@@ -18,6 +20,7 @@ PROBE = (
 )
 
 
+@pytest.mark.slow  # starts real processes: left out of `make test-fast`
 def test_without_database_url_the_edge_uses_sqlite(tmp_path):
     """R-SCALE-1: no DATABASE_URL (what `make run` leaves unset) means SQLite."""
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}

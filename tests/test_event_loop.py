@@ -44,6 +44,7 @@ def test_install_sets_the_policy_the_next_loop_is_made_by() -> None:
         asyncio.set_event_loop_policy(before)
 
 
+@pytest.mark.slow  # starts real processes: left out of `make test-fast`
 @pytest.mark.parametrize(
     "argv",
     [["manage.py", "runedge"], ["-m", "nodes.agent.main", "--config", "missing.yaml"]],

@@ -53,6 +53,30 @@ async def test_a_ten_group_chain_is_walked_to_the_group_that_can_serve_r_fall_1(
     await stop(runtime)
 
 
+async def test_a_fallback_served_requests_span_names_the_served_model_r_fall_1() -> None:
+    """R-FALL-1, R-OBS-2: the Edge span of a request a fallback group served carries the
+    model group asked for and the serving group's model name (gen_ai.response.model)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from obskit.otel import Tracing
+
+    app, runtime, _ = await started(chain_document(3))
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    app.tracing = Tracing(provider, provider.get_tracer("test"))
+    call = await api(app, "POST", "/v1/chat/completions", chat(model="g0")).done()
+    assert call.status == 200, call.body
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes is not None
+    assert span.attributes["gen_ai.request.model"] == "g0"
+    assert span.attributes["gen_ai.response.model"] == "served-last"
+    await stop(runtime)
+    provider.shutdown()
+
+
 async def test_an_answer_served_by_its_own_group_names_it() -> None:
     """R-FALL-1: x-iop-model-group on every answer a group served; no requested group."""
     app, runtime, _ = await started(chain_document())

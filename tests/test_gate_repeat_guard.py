@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pool.gate import FilterPipeline, FilterSpec, RepeatGuard, find_repeat
+from tests.support.examples import examples
 
 NORMAL = sorted((Path(__file__).parent / "data" / "gate" / "normal").glob("*.txt"))
 HOLDS = (100, 250, 500, 1000)
@@ -184,7 +185,7 @@ def reference_repeat(window: str, hold: int) -> tuple[str, int] | None:
     return None
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(window=st.text(alphabet="ab ", max_size=160), hold=st.integers(min_value=1, max_value=120))
 def test_find_repeat_matches_the_rule_spelled_out(window: str, hold: int) -> None:
     """R-SEG-5: the fast search finds exactly what the brute-force rule finds."""
@@ -193,7 +194,7 @@ def test_find_repeat_matches_the_rule_spelled_out(window: str, hold: int) -> Non
     assert got == reference_repeat(window, hold)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(
     prefix=st.text(alphabet="ab", max_size=12),
     unit=st.text(alphabet="ab", min_size=1, max_size=20),

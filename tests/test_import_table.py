@@ -6,10 +6,13 @@ from __future__ import annotations
 import re
 import subprocess
 
+import pytest
+
 from tests.support import ROOT
 from tests.support.journeys import doc_blocks
 
 
+@pytest.mark.slow  # starts real processes: left out of `make test-fast`
 def test_the_architecture_pages_import_table_command_counts_the_package_imports() -> None:
     block = doc_blocks(ROOT / "docs" / "architecture.md", "doc")["import-table"]
     done = subprocess.run(

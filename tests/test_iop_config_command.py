@@ -118,6 +118,7 @@ def test_import_if_empty_imports_into_an_empty_catalog():
     assert Node.objects.filter(key="node-local").exists()
 
 
+@pytest.mark.slow  # starts real processes: left out of `make test-fast`
 def test_command_line_exit_status_is_0_when_valid_and_1_with_errors_on_stderr(
     broken_file, tmp_path
 ):

@@ -54,6 +54,7 @@ call_command("iop_keyring", "rotate", "--keyring", os.environ["KEYRING"], "--key
 """
 
 
+@pytest.mark.slow  # starts real processes: left out of `make test-fast`
 @pytest.mark.parametrize("crash_at", ["write", "replace"])
 def test_a_rotation_killed_mid_write_or_before_the_rename_leaves_a_keyring_that_opens_every_slot(
     tmp_path: Path, crash_at: str
@@ -113,6 +114,7 @@ def test_default_key_ids_never_collide_even_within_one_second(tmp_path: Path) ->
     assert len(ids) == 4 and len(set(ids)) == 4
 
 
+@pytest.mark.slow  # starts real processes: left out of `make test-fast`
 def test_a_key_file_is_never_written_over_a_file_or_through_a_symlink(tmp_path: Path) -> None:
     """R-MGD-8, R-TLS-5: an existing file or a symlink at a key file's path is left alone,
     and nothing is left beside it."""
@@ -139,6 +141,7 @@ def help_text(*args: str) -> str:
     return " ".join(done.stdout.split())
 
 
+@pytest.mark.slow  # starts real processes: left out of `make test-fast`
 def test_the_help_says_the_last_entry_is_the_newest_and_documents_the_options() -> None:
     """R-MGD-8: ``iop_keyring --help`` names the newest key; ``rotate --help`` documents
     ``--keyring`` and ``--key-id``."""

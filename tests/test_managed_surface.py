@@ -24,6 +24,7 @@ from catalog.config import load_snapshot
 from catalog.documents import document_to_catalog
 from catalog.keyring import Keyring, new_keyring
 from catalog.models import CredentialSlot, Route
+from catalog.route_reader import rebuild_route_table, refresh_route_table
 from catalog.slots import create_route, set_slot
 from edgekit.running import attach_runtime
 from nodes import wire
@@ -64,7 +65,7 @@ class Managed:
 
     async def start(self) -> None:
         keys = ManagedKeys.load(load_snapshot(self.document))
-        await sync_to_async(keys.rebuild)()
+        await sync_to_async(rebuild_route_table)(keys)
         self.runtime = Runtime(self.document, managed_keys=keys)
         attach_runtime(self.runtime)  # saves in this process rebuild its table (R-MGD-12)
         self.app = OpenAIApp(self.runtime)
@@ -211,6 +212,30 @@ async def test_a_keyring_missing_the_slots_key_fails_the_request_and_releases(ed
     assert "slot 'general' is sealed under key 'other', not in the keyring" in caplog.text
     assert SECRET.decode() not in caplog.text + call.body.decode()
     assert edge.node.runs == [] and edge.idle()
+
+
+async def test_the_right_keyring_file_put_in_place_heals_without_a_change_or_restart(edge):
+    """A rotation run on a copy of the keyring re-seals every slot under a key the Edge's file
+    lacks: 503 credential_unavailable. Once the operator puts that copy in place, the next
+    poll (``refresh_route_table``, what iop_site.credential_watch runs) reads the file again
+    though no route or slot changed, and the route answers 200."""
+    copy = edge.keyring_file.with_name("rotated-copy.json")
+    copy.write_bytes(edge.keyring_file.read_bytes())
+    copy.chmod(0o600)
+    await sync_to_async(call_command)(
+        "iop_keyring", "rotate", "--keyring", str(copy), "--key-id", "k9", stdout=io.StringIO()
+    )
+    keys = edge.runtime.managed_keys
+    await sync_to_async(refresh_route_table)(keys)
+    assert keys.table.missing_key
+    assert (await edge.call().done()).json()["error"]["code"] == "credential_unavailable"
+    version = keys.table.version
+    copy.replace(edge.keyring_file)
+    assert await sync_to_async(refresh_route_table)(keys)
+    assert keys.table.version == version and not keys.table.missing_key
+    assert (await edge.call().done()).status == 200
+    assert not await sync_to_async(refresh_route_table)(keys)  # healed: polls are cheap again
+    assert edge.opened == [("glm-general", SECRET)] and edge.idle()
 
 
 async def test_a_node_refusing_the_envelope_answers_503_naming_why_r_mgd_4(edge):

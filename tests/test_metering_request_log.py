@@ -42,6 +42,21 @@ def test_each_request_becomes_one_pending_row_with_its_id_and_timings() -> None:
     assert (second["provider"], second["code"], second["ttft_ms"]) == ("-", "upstream_error", None)
 
 
+def test_a_request_a_fallback_group_served_names_the_group_asked_of_r_fall_1() -> None:
+    """R-FALL-1: the row of a request served by a fallback group names the serving group and
+    the group asked of (a configured id, else ``-``); any other request has ``-`` there."""
+    meter, _ = make_meter()
+    meter.record(
+        record(request_id="moved", model_group="qwen-pooled", requested_group="qwen-local")
+    )
+    meter.record(record(request_id="own"))
+    meter.record(record(request_id="odd", requested_group="no-such-group"))
+    moved, own, odd = (dict(zip(RequestLogEntry.ROW_FIELDS, r, strict=True)) for r in rows(meter))
+    assert (moved["model_group"], moved["requested_group"]) == ("qwen-pooled", "qwen-local")
+    assert (own["model_group"], own["requested_group"]) == ("qwen-local", "-")
+    assert odd["requested_group"] == "-"
+
+
 def test_a_full_pending_list_drops_and_counts_the_oldest_rows_r_ha_3() -> None:
     """The request log is bounded: the newest rows are kept (R-HA-3); the hourly buckets
     still count every request."""
@@ -161,6 +176,7 @@ def test_rows_written_in_one_statement_read_back_field_for_field() -> None:
         "team",
         "app",
         "glm",
+        "glm-main",
         "p1",
         "n1",
         200,
@@ -173,7 +189,7 @@ def test_rows_written_in_one_statement_read_back_field_for_field() -> None:
         40.25,
         2000.0,
     )
-    bare = ("req-b", at + 1, "", "responses", "-", "-", "-", "-", "", 429, "rate_limited",
+    bare = ("req-b", at + 1, "", "responses", "-", "-", "-", "-", "-", "", 429, "rate_limited",
             0, 0, False, False, None, None, 0.5)  # fmt: skip
     assert write_rows([full, bare], None) == 2
     fields = RequestLogEntry.ROW_FIELDS

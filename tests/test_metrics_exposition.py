@@ -299,3 +299,16 @@ async def test_the_grafana_dashboard_uses_only_metrics_the_edge_exposes_r_obs_3(
     for needed in ("iop_queue_depth", "iop_provider_in_flight", "iop_provider_capacity",
                    "iop_time_to_first_token_seconds", "iop_requests"):  # fmt: skip
         assert needed in bases
+
+
+def test_importing_the_grafana_dashboard_asks_for_its_prometheus_data_source() -> None:
+    """docs/observability.md, "Grafana": the import asks for one Prometheus data source
+    (``__inputs``), the ``datasource`` variable starts on it, and every panel and query
+    variable reads through that variable."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    (wanted,) = dashboard["__inputs"]
+    assert (wanted["type"], wanted["pluginId"]) == ("datasource", "prometheus")
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["current"]["value"] == "${" + wanted["name"] + "}"
+    users = [*dashboard["panels"], *(v for v in variables.values() if v["type"] == "query")]
+    assert users and all(u["datasource"]["uid"] == "${datasource}" for u in users)

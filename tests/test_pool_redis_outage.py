@@ -82,6 +82,7 @@ async def test_r_scale_2_waiters_and_nodes_of_a_dead_edge_are_dropped() -> None:
             b.release(lease)
 
 
+@pytest.mark.slow  # starts real processes: left out of `make test-fast`
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server to kill")
 async def test_r_scale_3_unreachable_redis_is_a_503_at_once_and_data_loss_never_over_admits(
     tmp_path: Path,
@@ -201,6 +202,7 @@ async def test_r_tls_3_a_provider_its_node_refuses_is_offline_with_the_reason() 
         b.release(lease)
 
 
+@pytest.mark.slow  # starts real processes: left out of `make test-fast`
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs a redis-server to flush")
 async def test_r_scale_3_scripts_redis_forgot_are_loaded_again_and_each_call_runs_once(
     tmp_path: Path,

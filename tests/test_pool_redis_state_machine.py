@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
@@ -20,6 +21,7 @@ from hypothesis.stateful import precondition, rule
 from pool.engine import Lease, PoolError, PoolPolicy, PoolSnapshot
 from pool.engine_redis import RedisPool
 from tests import test_pool_state_machine as base
+from tests.support.examples import SLOW_PROPERTY_TIMEOUT_S, examples
 from tests.support.redis_pool import REDIS_URL, drop_keys, needs_redis, new_prefix, settled_epoch
 
 BASE_MS = 1_000_000_000_000  # Redis time of the machine's t = 0 (the epoch is long settled)
@@ -279,9 +281,11 @@ class RedisPoolMachine(base.PoolMachine):
 
 
 RedisPoolMachine.TestCase.settings = settings(
-    max_examples=100,
+    max_examples=examples(100),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-test_redis_pool_matches_reference_model = needs_redis(RedisPoolMachine.TestCase)
+test_redis_pool_matches_reference_model = needs_redis(
+    pytest.mark.timeout(SLOW_PROPERTY_TIMEOUT_S)(RedisPoolMachine.TestCase)
+)

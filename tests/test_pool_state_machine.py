@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -31,6 +32,7 @@ from pool.engine import (
     UnknownModel,
     Waiter,
 )
+from tests.support.examples import SLOW_PROPERTY_TIMEOUT_S, examples
 
 NODES = ("n1", "n2")
 PIDS = ("p1", "p2", "p3", "p4")
@@ -729,9 +731,11 @@ class PoolMachine(RuleBasedStateMachine):
 
 
 PoolMachine.TestCase.settings = settings(
-    max_examples=200,
+    max_examples=examples(200),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-test_pool_engine_matches_reference_model = PoolMachine.TestCase
+test_pool_engine_matches_reference_model = pytest.mark.timeout(SLOW_PROPERTY_TIMEOUT_S)(
+    PoolMachine.TestCase
+)

@@ -146,7 +146,7 @@ async def test_a_yaml_document_with_mode_apply_is_applied_and_recorded(edge):
     assert status == 200 and body["applied"] is True, body
     assert edge.snapshot.providers["vllm-local"].capacity == 9
     revision = await ConfigRevision.objects.aget(is_active=True)
-    assert revision.pk == body["revision"]
+    assert revision.pk == body["revision"] == body["active"] != body["parent"]  # what runs now
     assert (revision.source, revision.author_label) == ("refresh", endpoint.AUTHOR)
 
 

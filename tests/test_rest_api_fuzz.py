@@ -19,10 +19,11 @@ from rest_framework.authtoken.models import Token
 
 from iop_site.runtime import EdgeRuntime
 from tests.support.edge import attached_edge  # noqa: F401 (the edge fixture)
+from tests.support.examples import examples
 
 # Bounded: a few examples per operation keeps the whole run to seconds.
 FUZZ = settings(
-    max_examples=12,
+    max_examples=examples(12),
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

@@ -346,6 +346,7 @@ async def test_redis_unreachable_refuses_a_routed_run_at_once(edges):
         await router.aclose()
 
 
+@pytest.mark.slow  # starts real processes: left out of `make test-fast`
 async def test_redis_going_away_mid_run_ends_the_run_with_relay_unavailable_r_scale_2():
     """R-SCALE-2: a run in flight when Redis dies ends with a clear code; nothing hangs."""
     port = free_port()
@@ -375,6 +376,7 @@ async def test_redis_going_away_mid_run_ends_the_run_with_relay_unavailable_r_sc
             await server.wait()
 
 
+@pytest.mark.slow  # starts real processes: left out of `make test-fast`
 async def test_redis_restarted_empty_mid_run_ends_the_run_with_relay_unavailable_r_scale_2():
     """R-SCALE-2: Redis back on the same port at once, but what was sent meanwhile (and the
     streams) is lost: the run still ends with a clear code instead of waiting forever."""

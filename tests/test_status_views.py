@@ -272,6 +272,19 @@ def test_status_page_shows_the_gate_counts_of_each_provider_r_seg_6(live, staff_
     assert cell is not None and cell.group(1) == "2 / 1 / 0 / 0"
 
 
+def test_the_legend_explains_every_column_that_is_not_plain(live, staff_client) -> None:
+    """Every column header is either plain words (node, provider, the state's legend above
+    it, yes/no columns) or explained under the table, the Gate column with its four counts."""
+    html = staff_client.get("/admin/pool-status/").content.decode()
+    headers = re.findall(r"<th[^>]*>([^<]+)</th>", html.split("</thead>")[0])
+    plain = {"Node", "Provider", "State", "In flight / capacity", "Priority", "Enabled", "Online"}
+    columns = html.split('id="pool-columns"', 1)[1].split("</p>", 1)[0]
+    explained = set(re.findall(r"<strong>([^<]+)</strong>", columns))
+    assert set(headers) - plain == explained, (headers, explained)
+    gate = columns.split("<strong>Gate</strong>", 1)[1].split("<strong>", 1)[0]
+    assert "fired / recovered / exhausted / observed" in gate
+
+
 def test_status_page_and_feed_show_ttft_p50_p95_per_provider_r_obs_3(live, staff_client) -> None:
     """R-OBS-3: time to first token p50 / p95 per provider over the recent window."""
     pool, _ = live

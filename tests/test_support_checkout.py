@@ -8,9 +8,12 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.support.journeys import link_project_venv, source_checkout
 
 
+@pytest.mark.slow  # starts real processes: left out of `make test-fast`
 def test_make_in_a_copy_on_the_project_venv_finds_its_install_up_to_date(tmp_path: Path) -> None:
     copy = source_checkout(tmp_path / "copy")
     later = time.time() + 60  # as after an edit of pyproject.toml: newer than the install

@@ -25,6 +25,7 @@ def test_without_an_endpoint_nothing_starts() -> None:
     assert tracing_requested({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"})
 
 
+@pytest.mark.slow  # starts real processes: left out of `make test-fast`
 def test_the_request_path_never_loads_the_sdk_when_tracing_is_off() -> None:
     """R-OBS-2: with OTEL_* unset, the Edge's and the Node's modules load no OpenTelemetry."""
     code = (

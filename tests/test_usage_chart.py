@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -109,6 +110,18 @@ def test_x_labels_are_hours_for_a_day_and_dates_for_a_month():
     assert x_labels(window_for("30d", NOW))[0][1] == "02-09"
 
 
+def test_the_seven_day_axis_labels_every_day_once_at_its_midnight():
+    """R-PRIN-4: 168 hourly buckets get one date label per day, at 00:00 UTC, so no day seems
+    missing (a stride of 28 buckets skipped one)."""
+    window = window_for("7d", NOW)
+    labels = [label for _, label in x_labels(window)]
+    midnights = [s for s in window.starts if s.hour == 0]
+    assert labels == [s.strftime("%m-%d") for s in midnights]
+    assert len(labels) == len(set(labels)) == 7
+    days = [datetime.strptime(f"2026-{label}", "%Y-%m-%d") for label in labels]
+    assert all(b - a == timedelta(days=1) for a, b in itertools.pairwise(days))
+
+
 # --- the page ---------------------------------------------------------------------------------
 
 
@@ -186,6 +199,18 @@ def test_the_page_filters_by_principal_and_model_group(staff):
     sections = dict((key, section) for key, _, section in response.context["sections"])
     assert [(c.key, c.totals["requests"]) for c in sections["principal"].charts] == [("team-a", 3)]
     assert [(c.key, c.totals["requests"]) for c in sections["model_group"].charts] == [("gpt", 3)]
+
+
+@pytest.mark.django_db
+def test_the_filter_lists_each_principal_and_group_once(staff):
+    """R-PRIN-4: a principal with rows in several hours and groups is one choice (the ledger's
+    ordering must not reach the DISTINCT)."""
+    for hours_ago in range(3):
+        ledger(hours_ago, "team-a", "gpt", 1)
+        ledger(hours_ago, "team-a", "glm", 1)
+    form = staff.get(reverse("usage-chart")).context["form"]
+    assert [v for v, _ in form.fields["principal"].choices] == ["", "team-a"]
+    assert [v for v, _ in form.fields["model_group"].choices] == ["", "glm", "gpt"]
 
 
 @pytest.mark.django_db

@@ -174,8 +174,9 @@ class PrincipalToken(OrderedRow):
         blank=True,
         help_text=(
             "The principal's tokens per UTC calendar period (R-BUD-1, live), e.g. "
-            '{"tokens": 5000000, "period": "month"} (day, week or month); the same on every '
-            "token of the principal. Blank = no budget."
+            '{"tokens": 5000000, "period": "month"} (day, week or month). A budget is the '
+            "principal's: state it on one of its tokens and it holds for all of them (another "
+            "of its tokens may only repeat it unchanged). Blank = no budget of its own."
         ),
     )
 

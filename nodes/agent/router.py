@@ -196,6 +196,10 @@ class Router:
             forward_headers=forward,
             credential=credential,
         )
+        if log.isEnabledFor(logging.DEBUG):  # --log-level DEBUG: ids only, never the secret
+            envelope = message.lease_envelope
+            log.debug("run %s: %s on provider %s, lease envelope %s", run_id, message.operation,
+                      message.provider_id, envelope.get("id") if envelope else "none")  # fmt: skip
         out = RunOutput(run_id, self._send, credit=message.credit, hold=not message.stream)
         run = _Run(run_id, out=out, span=span)
         self.runs[run_id] = run

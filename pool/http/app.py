@@ -290,7 +290,9 @@ class OpenAIApp:
         code = ex.code if (status >= 400 or ex.code) else None
         if obs.span is not None:
             request = meta.request
-            target = self.target(request.model, provider_id) if request and provider_id else None
+            # R-FALL-1: the served model is the serving group's mapping (a fallback's too)
+            group = meta.served.group if meta.served is not None else request and request.model
+            target = self.target(group, provider_id) if group and provider_id else None
             observe.finish(
                 obs, code, operation=meta.operation,
                 request_model=request.model[:200] if request else None,

@@ -17,6 +17,7 @@ and re-enter admission the same way, within the same deadline.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -52,6 +53,23 @@ from pool.http.queueing import (
 from pool.http.relay import Exchange, relay_stream, relay_whole
 
 OnQueued = Callable[[Callable[[], int | None]], None]
+
+# LOG_LEVEL=DEBUG: each admission decision (docs/configuration.md); ids only, never a secret.
+log = logging.getLogger("iop.pool")
+
+
+def _admitted(request: ParsedRequest, lease: Lease, left_out: frozenset[str]) -> None:
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug(
+            "admitted: model group %s -> provider %s on node %s (left out: %s)",
+            request.model, lease.provider_id, lease.node_id, ", ".join(sorted(left_out)) or "none",
+        )  # fmt: skip
+
+
+def _refused(request: ParsedRequest, error: BaseException) -> None:
+    if log.isEnabledFor(logging.DEBUG):
+        code = getattr(error, "code", type(error).__name__)
+        log.debug("not admitted: model group %s: %s", request.model, code)
 
 
 async def dispatch(
@@ -99,6 +117,7 @@ async def dispatch(
         )
 
     lease = await _first_admission(runtime, request, long, admit, ex)
+    _admitted(request, lease, off_route)
     gate = (admit, deadline) if request.stream and snapshot.stream_evidence_gate.enabled else None
     while True:
         attempt = Attempt(runtime, lease, window, credentials)
@@ -119,8 +138,10 @@ async def dispatch(
             async with asyncio.timeout(left):
                 with observe.admission():
                     lease = await admit(excluded)
-        except (PoolError, TimeoutError):
+        except (PoolError, TimeoutError) as exc:
+            _refused(request, exc)
             raise failed from None  # nothing else can take it in time: the failure stands
+        _admitted(request, lease, excluded | off_route)
 
 
 async def _first_admission(
@@ -138,7 +159,9 @@ async def _first_admission(
     deadline = deadline_s(request.headers)
     eta = pool.estimate_wait(request.model, request.needs, long)
     if deadline is not None and eta is not None and eta > deadline:
-        raise wait_exceeded(eta, deadline)
+        refusal = wait_exceeded(eta, deadline)
+        _refused(request, refusal)
+        raise refusal
     began = time.monotonic()
     try:
         with observe.admission():  # R-OBS-3: the queue wait
@@ -150,11 +173,13 @@ async def _first_admission(
                 else:
                     lease = await admit(frozenset(), None)
     except PoolError as exc:
+        _refused(request, exc)
         err = from_pool_error(exc, request.model, request.needs)
         raise with_retry_after(err, pool.drain_s()) from None
-    except TimeoutError:
+    except TimeoutError as exc:
         if not waited.expired():
             raise
+        _refused(request, exc)
         assert deadline is not None
         eta = pool.estimate_wait(request.model, request.needs, long)
         raise wait_exceeded(eta, deadline) from None

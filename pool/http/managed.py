@@ -1,12 +1,13 @@
 """Managed credential mode on the surface: route keys, candidate providers, lease envelopes.
 
 R-MGD-3 / R-AUTH-5: a route key is looked up by its sha256 in the route table
-(``pool.http.route_table``, rebuilt when routes or slots change: no ORM on the request path,
-R-MGD-12); the route binds, before admission, the providers it may use and the slot, profile,
-credential revision and route revision of each. R-MGD-4: after the lease, the slot secret is
-unsealed from the keyring and sealed again to the chosen Node for that one run. R-MGD-7: the
-key files are read once, at start (``ManagedKeys.load``); an apply builds a new
-``ManagedPlane`` over the same keys. docs/credentials.md.
+(``pool.http.route_table``, read by ``catalog.route_reader`` when routes or slots change and
+installed here: no ORM in this package, R-MGD-12); the route binds, before admission, the
+providers it may use and the slot, profile, credential revision and route revision of each.
+R-MGD-4: after the lease, the slot secret is unsealed from the keyring and sealed again to
+the chosen Node for that one run. R-MGD-7: the key files are read once, at start
+(``ManagedKeys.load``); an apply builds a new ``ManagedPlane`` over the same keys.
+docs/credentials.md.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from nodes.envelope import (
 from obskit.logs import printable
 from pool.http.auth import Headers, presented_token
 from pool.http.errors import HttpError, model_not_found
-from pool.http.route_table import Grant, RouteTable, SlotUse, read_route_table, table_version
+from pool.http.route_table import Grant, RouteTable, SlotUse
 from secretref.keyfiles import PrivateFileError, check_private
 
 __all__ = ["Grant", "ManagedKeys", "ManagedPlane", "RouteCredentials", "SlotUse"]
@@ -66,7 +67,7 @@ def load_keyring(path: str) -> Keyring:
 
 class ManagedKeys:
     """The managed key files, read once at start (R-MGD-7: restart-required paths), and the
-    route table now in force (R-MGD-12), swapped whole by ``rebuild``."""
+    route table now in force (R-MGD-12), swapped whole by ``install``."""
 
     def __init__(
         self,
@@ -109,19 +110,10 @@ class ManagedKeys:
                 recipients[node.id] = (key.key_id, load_recipient_key(node.id, key))
         return cls(plane.issuer.key_id, issuer, keyring, plane.keyring_file, recipients)
 
-    def rebuild(self) -> RouteTable:
-        """Read the routes and slots again and swap the table (synchronous: a worker thread
-        or the admin's thread, never the event loop; the request path only reads ``table``)."""
-        self.table = read_route_table(self.table.keyring, self.keyring_file)
-        return self.table
-
-    def refresh(self) -> bool:
-        """Rebuild when the rows changed since the table was read (one cheap version query
-        first); True when a new table was installed."""
-        if table_version() == self.table.version:
-            return False
-        self.rebuild()
-        return True
+    def install(self, table: RouteTable) -> None:
+        """Swap in a table ``catalog.route_reader`` read (the request path only reads
+        ``table``, one attribute, so a request holds the table it started with)."""
+        self.table = table
 
 
 class ManagedPlane:

@@ -239,7 +239,8 @@ class UsageMeter:
         self.budgets.add(lab.principal_ref, key.bucket, tokens_in + tokens_out)
         if counted:  # a discarded attempt is no request: no latency, no request-log row
             self.latency.observe(record, lab, tokens_out)
-            if not self.requests.add(self._clock(), record, lab, (tokens_in, tokens_out)):
+            row = (self._clock(), record, lab, (tokens_in, tokens_out), key.requested_group)
+            if not self.requests.add(*row):
                 self._requests_dropped.inc()
         self.start()
         full = self.pending.full or len(self.requests) >= self.requests.max_rows

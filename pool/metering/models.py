@@ -95,7 +95,14 @@ class RequestLogEntry(models.Model):
     operation = models.CharField(max_length=48)
     principal_ref = models.CharField(max_length=200, default=NO_LABEL)
     token_ref = models.CharField(max_length=200, default=NO_LABEL)
-    model_group = models.CharField(max_length=200, default=NO_LABEL)
+    model_group = models.CharField(
+        max_length=200, default=NO_LABEL, help_text="The model group that served the request."
+    )
+    requested_group = models.CharField(
+        max_length=200,
+        default=NO_LABEL,
+        help_text="The model group asked of when a fallback group served the request (R-FALL-1).",
+    )
     provider = models.CharField(max_length=200, default=NO_LABEL)
     node = models.CharField(max_length=200, blank=True)
     status = models.PositiveSmallIntegerField(help_text="The HTTP status the caller got.")
@@ -110,7 +117,8 @@ class RequestLogEntry(models.Model):
 
     ROW_FIELDS = (
         "request_id", "at", "trace_id", "operation", "principal_ref", "token_ref",
-        "model_group", "provider", "node", "status", "code", "input_tokens", "output_tokens",
+        "model_group", "requested_group", "provider", "node", "status", "code", "input_tokens",
+        "output_tokens",
         "estimated", "stream", "queue_wait_ms", "ttft_ms", "duration_ms",
     )  # fmt: skip
 

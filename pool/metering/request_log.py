@@ -17,7 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from pool.metering.labels import RequestLabels, RequestRecord
+from pool.metering.labels import NO_LABEL, RequestLabels, RequestRecord
 
 RETENTION_SETTING = "IOP_REQUEST_LOG_RETENTION_DAYS"
 DEFAULT_RETENTION_DAYS = 7
@@ -55,17 +55,23 @@ class PendingRequests:
         return len(self._rows)
 
     def add(
-        self, at: float, record: RequestRecord, lab: RequestLabels, tokens: tuple[int, int]
+        self,
+        at: float,
+        record: RequestRecord,
+        lab: RequestLabels,
+        tokens: tuple[int, int],
+        requested_group: str = NO_LABEL,
     ) -> bool:
         """Keep one finished request; False when the list was full (its oldest row is dropped
-        to make room)."""
+        to make room, R-HA-3). ``requested_group``: the group asked of when a fallback served
+        it (bounded)."""
         kept = len(self._rows) < self.max_rows
         if not kept:
             self._rows.popleft()
             self.dropped += 1
         self._rows.append((
             record.request_id[:128], at, record.trace_id[:32], lab.operation,
-            lab.principal_ref, lab.token_ref, lab.model_group, lab.provider,
+            lab.principal_ref, lab.token_ref, lab.model_group, requested_group, lab.provider,
             (record.node_id or "")[:200], int(record.status), lab.code, tokens[0], tokens[1],
             bool(record.estimated), bool(record.stream), _ms(record.queue_wait_s),
             _ms(record.ttft_s), _ms(record.duration_s),

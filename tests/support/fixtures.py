@@ -15,6 +15,7 @@ released, R-POOL-9). ``stack, _clean_slate = shared_stack("errors", lambda d: {.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,21 @@ from nodes.agent.adapters.http import HttpClient
 from tests.fakes import FakeAnthropic, FakeOllama, FakeOpenAI
 from tests.fakes.edge import FakeEdge
 from tests.support.payloads import node_payload, openai_provider
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    """pytest-django's test database on a server (PostgreSQL) gets this checkout's suffix
+    after xdist's ``_gwN``: ``test_iop_gw0_1a2b3c4d``. Checkouts on one machine share the
+    server, and a run would otherwise drop the database another checkout's run is using."""
+    from django.conf import settings
+
+    checkout = hashlib.sha256(str(Path(__file__).resolve().parents[2]).encode()).hexdigest()[:8]
+    for db in settings.DATABASES.values():
+        if db["ENGINE"] == "django.db.backends.sqlite3":
+            continue  # in memory, per process
+        test = db.setdefault("TEST", {})
+        test["NAME"] = f"{test.get('NAME') or 'test_' + db['NAME']}_{checkout}"
 
 
 @pytest.fixture

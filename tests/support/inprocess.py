@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from catalog.config import load_snapshot
+from catalog.route_reader import refresh_route_table
 from iop_site.health import HealthWatch
 from nodes import wire
 from nodes.hub import NodeHub
@@ -71,7 +72,7 @@ class Runtime:
     def credentials_changed(self) -> None:
         """As EdgeRuntime: a route or slot saved in this process rebuilds the table."""
         if self.managed_keys is not None:
-            self.managed_keys.refresh()
+            refresh_route_table(self.managed_keys)
 
 
 Script = Callable[["FakeNode", Any], Awaitable[None]]

@@ -36,3 +36,24 @@ def alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def descendants(pid: int) -> list[tuple[int, str]]:
+    """Every live process below ``pid``, parents first, each with its command line."""
+    found: list[tuple[int, str]] = []
+    queue = [pid]
+    while queue:
+        parent = queue.pop(0)
+        for task in Path(f"/proc/{parent}/task").glob("*/children"):
+            try:
+                children = [int(c) for c in task.read_text().split()]
+            except FileNotFoundError:
+                continue
+            for child in children:
+                try:
+                    argv = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ")
+                except FileNotFoundError:
+                    continue
+                found.append((child, argv.decode(errors="replace").strip()))
+                queue.append(child)
+    return found

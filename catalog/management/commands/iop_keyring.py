@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from catalog.slots import CredentialError, init_keyring, keyring_path, rotate_keyring
+from catalog.slots import KEYRING_HINT, CredentialError, init_keyring, keyring_path, rotate_keyring
 
 
 def _key_id() -> str:
@@ -54,7 +54,7 @@ class Command(BaseCommand):
                 init_keyring(options["file"], key_id)
                 self.stdout.write(f"keyring {options['file']} written with key {key_id} (0600)")
                 return
-            path = keyring_path(None, options["keyring"])
+            path = keyring_path(None, options["keyring"], KEYRING_HINT)
             count = rotate_keyring(path, key_id)
         except CredentialError as exc:
             raise CommandError(str(exc)) from None

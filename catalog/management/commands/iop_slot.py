@@ -8,7 +8,14 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from catalog.models import CredentialSlot
-from catalog.slots import MAX_SECRET_BYTES, CredentialError, keyring_path, load_keyring, set_slot
+from catalog.slots import (
+    KEYRING_HINT,
+    MAX_SECRET_BYTES,
+    CredentialError,
+    keyring_path,
+    load_keyring,
+    set_slot,
+)
 
 
 class Command(BaseCommand):
@@ -34,7 +41,7 @@ class Command(BaseCommand):
             return
         secret = sys.stdin.buffer.read(MAX_SECRET_BYTES + 1)
         try:
-            keyring = load_keyring(keyring_path(None, options["keyring"]))
+            keyring = load_keyring(keyring_path(None, options["keyring"], KEYRING_HINT))
             slot = set_slot(options["slot"], options["profile"], secret, keyring)
         except CredentialError as exc:
             raise CommandError(str(exc)) from None
