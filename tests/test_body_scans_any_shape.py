@@ -21,6 +21,9 @@ from pool.http.operations import ENDPOINTS, binary_parts, estimate_tokens, parse
 from pool.translate.common import TranslationError
 from pool.translate.select import translation
 from tests.support.clients import recorded
+from tests.support.examples import SLOW_PROPERTY_TIMEOUT_S, examples
+
+pytestmark = pytest.mark.timeout(SLOW_PROPERTY_TIMEOUT_S)  # CPU-bound on a busy machine
 
 # Names the APIs give meaning to, so generated objects hit the branches that read them.
 KEYS = [
@@ -93,7 +96,10 @@ KINDS = {
 }
 DRIVERS = ["openai_chat", "ollama", "cli", "anthropic_messages"]
 SETTINGS = settings(
-    max_examples=100, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(100),
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 
 
@@ -167,7 +173,10 @@ SEED_PATHS = [(kind, body, _paths(body)) for kind, body in SEEDS]
 
 
 @settings(
-    max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(300),
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 @given(data=st.data())
 def test_any_value_anywhere_in_a_real_client_s_request_is_served_or_refused_with_a_400(
