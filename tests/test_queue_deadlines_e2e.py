@@ -47,16 +47,26 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield running
 
 
+OPENED: list[openai.OpenAI] = []  # closed after each test: no socket outlives it
+
+
 @pytest.fixture(autouse=True)
 def fresh(stack: Stack) -> Iterator[None]:
     stack.reset_upstreams()  # a Hold waits for this test's own stream, not an earlier one's
     yield
     stack.wait_idle()  # R-POOL-9
+    while OPENED:
+        OPENED.pop().close()
 
 
 def sdk(stack: Stack, timeout: float) -> openai.OpenAI:
-    """The official SDK as an application configures it; no retry, so one answer is seen."""
-    return openai.OpenAI(base_url=stack.v1_url, api_key=stack.token, timeout=timeout, max_retries=0)
+    """The official SDK as an application configures it; no retry, so one answer is seen.
+    Closed when the test ends (``fresh``)."""
+    client = openai.OpenAI(
+        base_url=stack.v1_url, api_key=stack.token, timeout=timeout, max_retries=0
+    )
+    OPENED.append(client)
+    return client
 
 
 def hold_one(stack: Stack, upstream: str, model: str) -> tuple[Hold, threading.Thread]:
