@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
-from bench_cells import BenchContext, epilogue  # noqa: E402
+from bench_cells import stack_epilogue  # noqa: E402
 
 COLD_S, WARM_S = 0.08, 0.01
 CONVERSATIONS, TURNS, CLIENTS = 30, 4, 6
@@ -104,15 +104,7 @@ def measure(directory: Path) -> str:
     )
 
 
-@epilogue
-def affinity_epilogue(ctx: BenchContext) -> str:
-    if ctx.options.suite and "affinity" not in ctx.options.suite:
-        return ""
-    try:
-        return measure(ctx.workdir / "edge-affinity")
-    except (OSError, RuntimeError, httpx.HTTPError, AssertionError) as exc:
-        return f"Cache affinity: not measured ({type(exc).__name__}: {exc})"
-
+stack_epilogue("affinity", "Cache affinity", measure, (httpx.HTTPError,))
 
 if __name__ == "__main__":
     print(measure(Path(tempfile.mkdtemp(prefix="iop-bench-affinity-"))))

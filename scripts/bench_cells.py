@@ -275,6 +275,24 @@ def epilogue(fn: Callable[[BenchContext], str]) -> Callable[[BenchContext], str]
     return fn
 
 
+def stack_epilogue(
+    suite_name: str, title: str, measure: Callable[[Path], str], errors: tuple[type, ...] = ()
+) -> Callable[[BenchContext], str]:
+    """Register ``measure`` (a fresh stack of its own under ``workdir/edge-<suite_name>``) as
+    an epilogue that runs unless ``--suite`` leaves ``suite_name`` out; a failure is reported
+    as ``<title>: not measured (...)``, never a crash of the whole run."""
+
+    def run(ctx: BenchContext) -> str:
+        if ctx.options.suite and suite_name not in ctx.options.suite:
+            return ""
+        try:
+            return measure(ctx.workdir / f"edge-{suite_name}")
+        except (OSError, RuntimeError, AssertionError, *errors) as exc:
+            return f"{title}: not measured ({type(exc).__name__}: {exc})"
+
+    return epilogue(run)
+
+
 def pin_process(pid: int, cpus: set[int]) -> None:
     """``taskset -a``: every thread of a process, so worker threads follow the main one."""
     for task in Path(f"/proc/{pid}/task").iterdir():

@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
-from bench_cells import BenchContext, epilogue  # noqa: E402
+from bench_cells import stack_epilogue  # noqa: E402
 
 JOB_S = 0.1
 CAPACITY = 2
@@ -73,15 +73,7 @@ def measure(directory: Path) -> str:
     )
 
 
-@epilogue
-def queue_epilogue(ctx: BenchContext) -> str:
-    if ctx.options.suite and "queue" not in ctx.options.suite:
-        return ""
-    try:
-        return measure(ctx.workdir / "edge-queue")
-    except (OSError, RuntimeError, httpx.HTTPError, AssertionError) as exc:
-        return f"Queue estimate: not measured ({type(exc).__name__}: {exc})"
-
+stack_epilogue("queue", "Queue estimate", measure, (httpx.HTTPError,))
 
 if __name__ == "__main__":
     print(measure(Path(tempfile.mkdtemp(prefix="iop-bench-queue-"))))
