@@ -23,7 +23,6 @@ from pool.http.relay import QUEUE_ETA_HEADER, Exchange
 
 MAX_WAIT_HEADER = b"x-iop-max-wait-ms"
 SDK_TIMEOUT_HEADERS = (b"x-stainless-read-timeout", b"x-stainless-timeout")
-ETA_HEADER = QUEUE_ETA_HEADER  # on this refusal, and on the answer of a request that queued
 MAX_DEADLINE_S = 86400.0
 _MILLIS = re.compile(rb"[0-9]{1,9}")
 _SECONDS = re.compile(rb"[0-9]{1,6}(\.[0-9]{1,6})?")
@@ -58,7 +57,7 @@ def wait_exceeded(eta_s: float | None, deadline: float) -> HttpError:
     )
     headers = [
         (b"retry-after", b"%d" % retry_after(eta)),
-        (ETA_HEADER, b"%d" % math.ceil(eta * 1000)),
+        (QUEUE_ETA_HEADER, b"%d" % math.ceil(eta * 1000)),
     ]
     return HttpError("queue_wait_exceeded", message, headers=headers)
 
