@@ -16,7 +16,7 @@ import anthropic
 import openai
 import pytest
 
-from tests.support import Stack, sha256_hex
+from tests.support import Stack, token_entries
 from tests.support.rawhttp import SlowBody, connect, first_answered, read_responses
 from tests.support.upstream_loop import Hold
 
@@ -46,15 +46,7 @@ RAW = {name: f"iop-adversary-{name}-{'z' * 16}" for name in TOKENS}
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    tokens = [
-        {
-            "token_ref": f"app-{name}",
-            "principal_ref": principal,
-            "token_hash_sha256": sha256_hex(RAW[name]),
-            **policy,
-        }
-        for name, (principal, policy) in TOKENS.items()
-    ]
+    tokens = token_entries(TOKENS, RAW)
     models = [
         {
             "id": "gpt-test",

@@ -117,7 +117,14 @@ Modules
 
 from tests.support.ports import free_port
 from tests.support.processes import ROOT, sha256_hex
-from tests.support.stack import PRINCIPAL_REF, TOKEN_REF, Stack, messages_profile, provider_row
+from tests.support.stack import (
+    PRINCIPAL_REF,
+    TOKEN_REF,
+    Stack,
+    messages_profile,
+    provider_row,
+    token_entries,
+)
 from tests.support.upstream_loop import FakeUpstream
 
 __all__ = [
@@ -130,4 +137,5 @@ __all__ = [
     "messages_profile",
     "provider_row",
     "sha256_hex",
+    "token_entries",
 ]

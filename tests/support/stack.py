@@ -70,6 +70,22 @@ DEFAULT_PROVIDERS = [
 DEFAULT_MODELS = [{"id": "gpt-test", "providers": {"p-openai": "served-gpt"}}]
 
 
+def token_entries(
+    tokens: dict[str, tuple[str, dict[str, Any]]], raw: dict[str, str]
+) -> list[dict[str, Any]]:
+    """``openai.principal_tokens`` entries from ``{name: (principal, policy)}``: token
+    ``app-<name>`` of that principal with that policy, hashed from ``raw[name]``."""
+    return [
+        {
+            "token_ref": f"app-{name}",
+            "principal_ref": principal,
+            "token_hash_sha256": sha256_hex(raw[name]),
+            **policy,
+        }
+        for name, (principal, policy) in tokens.items()
+    ]
+
+
 class Stack:
     """One Edge (runedge subprocess), its Nodes (iop-node subprocesses) and fake upstreams."""
 
