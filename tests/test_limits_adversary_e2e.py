@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from tests.support import Stack, token_entries
-from tests.support.rawhttp import SlowBody, connect, first_answered, read_responses
+from tests.support.rawhttp import SlowBody, connect, first_answered, post_head, read_responses
 from tests.support.upstream_loop import Hold
 
 pytestmark = pytest.mark.slow
@@ -176,10 +176,7 @@ def test_pipelined_requests_are_each_decided_when_their_turn_comes_r_lim_3(
     wire = b""
     for path in paths:
         body = json.dumps(CHAT).encode()
-        wire += (
-            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {RAW['piper']}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-        ).encode() + body
+        wire += post_head(path, RAW["piper"], len(body)) + body
     with connect(stack.ports["openai"]) as sock:
         sock.sendall(wire)
         answers = read_responses(sock, len(paths))
@@ -252,10 +249,7 @@ def test_a_stream_cut_before_the_usage_is_charged_as_documented_r_lim_4(stack: S
     text it was relayed (4 characters a token, docs/metering.md), and the upstream was
     asked for at most the group's ``max_output_tokens``: what can escape is bounded."""
     body = json.dumps({**CHAT, "stream": True}).encode()
-    head = (
-        f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {RAW['cutter']}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    ).encode()
+    head = post_head(PATH, RAW["cutter"], len(body))
     hold = Hold(stack.upstream())
     try:
         with connect(stack.ports["openai"]) as sock:

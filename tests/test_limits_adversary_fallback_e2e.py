@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from tests.support import Stack, token_entries
-from tests.support.rawhttp import SlowBody, connect, first_answered
+from tests.support.rawhttp import SlowBody, connect, first_answered, post_head
 from tests.support.upstream_loop import Hold
 
 pytestmark = pytest.mark.slow
@@ -109,10 +109,7 @@ def test_a_request_a_fallback_serves_counts_once_in_flight_r_lim_3(stack: Stack)
     ``back`` itself is refused 429 rate_limited; once the stream ends, the token is served
     again, and the ledger charges the held stream once and the refusal nothing."""
     body = json.dumps({**CHAT, "stream": True}).encode()
-    head = (
-        f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {RAW['single']}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    ).encode()
+    head = post_head(PATH, RAW["single"], len(body))
     hold = Hold(stack.upstream())
     try:
         with connect(stack.ports["openai"]) as sock:

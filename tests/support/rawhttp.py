@@ -66,18 +66,22 @@ def unchunk(data: bytes) -> bytes:
         out, data = out + data[:size], data[size + 2 :]
 
 
+def post_head(path: str, token: str, length: int) -> bytes:
+    """The request line and headers of a JSON POST of ``length`` bytes with a bearer token."""
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
+
+
 class SlowBody:
     """A POST whose headers and first body byte are sent at once and the rest on ``finish``:
     the request is authenticated and its body still arriving until then (R-LIM-1)."""
 
     def __init__(self, port: int, path: str, token: str, body: dict[str, Any]) -> None:
         self.payload = json.dumps(body).encode()
-        head = (
-            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(self.payload)}\r\n\r\n"
-        ).encode()
         self.sock = connect(port)
-        self.sock.sendall(head + self.payload[:1])
+        self.sock.sendall(post_head(path, token, len(self.payload)) + self.payload[:1])
 
     def finish(self) -> tuple[int, dict[str, str], bytes]:
         """Send the rest of the body and read the answer."""
