@@ -1,7 +1,8 @@
 """Admission across Edges (R-LIM-1, R-MGD-13 with R-SCALE-6): two Edge processes on this
 machine's PostgreSQL and Redis. A request whose body is still arriving on one Edge counts in
 flight, in Redis, from its headers: the other Edge refuses the token's (or the principal's)
-next request until that body is answered."""
+next request until that body is answered. A budget spent on one Edge while a body arrives
+on the other refuses that body once the other Edge knows of the spending (R-LIM-3)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,11 @@ TOKENS: dict[str, tuple[str, dict[str, Any]]] = {
     "single": ("team-single", {"max_in_flight": 1}),
     "pair-a": ("team-pair", {}),
     "pair-b": ("team-pair", {}),
+    "budget-slow": ("team-budget", {}),
+    "budget-spender": ("team-budget", {}),
+    "budget-probe": ("team-budget", {}),
 }
+USED = 11 + 7  # the fake upstream's usage per chat completion (prompt + completion)
 RAW = {name: f"{name}-" + secrets.token_urlsafe(24) for name in TOKENS}
 
 
@@ -44,7 +49,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         redis_url=scale_out_redis_url(),
         database_prefix="iop_scale_admission",
         tokens=tokens,
-        principals=[{"id": "team-pair", "max_in_flight": 1}],
+        principals=[
+            {"id": "team-pair", "max_in_flight": 1},
+            {"id": "team-budget", "budget": {"tokens": USED, "period": "day"}},
+        ],
     ) as started:
         assert started.chat(0)[0] == 200  # past the fresh prefix's recovery grace
         yield started
@@ -99,3 +107,28 @@ def test_a_body_arriving_on_one_edge_counts_in_flight_on_the_other_r_lim_1(
     finally:
         body.close()
     eventually(lambda: ask(cluster, 1, other)[0] == 200, "Edge 1 serving once the body ended")
+
+
+def test_a_budget_spent_on_one_edge_refuses_a_body_arriving_on_the_other_r_lim_3(
+    cluster: Cluster,
+) -> None:
+    """R-LIM-3 (two Edges), R-LIM-1: a body of a budgeted principal is still arriving on
+    Edge 1 when another of its tokens spends the budget on Edge 0. Once Edge 1 knows of the
+    spending (its ledger read, docs/metering.md "Budgets": within 10 s; a third token of the
+    principal on Edge 1 is the probe), the body, finished, gets 429 budget_exceeded: it had
+    passed the budget check with its headers, but admission is decided on the state at its
+    end."""
+    body = SlowBody(cluster.edges[1].ports["openai"], "/v1/chat/completions",
+                    RAW["budget-slow"], CHAT)  # fmt: skip
+    try:
+        assert ask(cluster, 0, "budget-spender")[0] == 200
+        eventually(
+            lambda: ask(cluster, 1, "budget-probe")[0] == 429,
+            "Edge 1 refusing the principal once the spending is in the ledger",
+            within=30,
+        )
+        status, headers, answer = body.finish()
+    finally:
+        body.close()
+    assert (status, json.loads(answer)["error"]["code"]) == (429, "budget_exceeded")
+    assert headers["x-budget-remaining-tokens"] == "0"
