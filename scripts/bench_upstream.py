@@ -28,17 +28,21 @@ def _chunk(delta: dict[str, str], finish: str | None = None) -> bytes:
     return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
 
-def _sse_chunks(events: int) -> list[bytes]:
-    """A streamed answer of ``events`` data events ([DONE] included), each its own HTTP chunk."""
-    sse = (
+def _sse_events(events: int) -> list[bytes]:
+    """A streamed answer of ``events`` data events, the final "[DONE]" included."""
+    return (
         [_chunk({"role": "assistant", "content": ""})]
         + [_chunk({"content": f"tok{i} "}) for i in range(events - 3)]
         + [_chunk({}, "stop"), b"data: [DONE]\n\n"]
     )
-    return [b"%x\r\n%s\r\n" % (len(event), event) for event in sse]
 
 
-SSE_CHUNKS = _sse_chunks(EVENTS)
+def _http_chunks(events: list[bytes]) -> list[bytes]:
+    return [b"%x\r\n%s\r\n" % (len(event), event) for event in events]
+
+
+SSE_EVENTS = _sse_events(EVENTS)
+SSE_CHUNKS = _http_chunks(SSE_EVENTS)
 SSE_HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
     b"Transfer-Encoding: chunked\r\n\r\n"
@@ -70,7 +74,7 @@ HOLD = b"bench-hold"  # a message holding this: the stream's first event, then n
 FRAMES = b"bench-frames"  # a message holding this: a stream of FRAME_EVENTS events written
 # back to back (the added delay per streamed frame, scripts/bench_frames.py)
 FRAME_EVENTS = 1000
-FRAME_CHUNKS = _sse_chunks(FRAME_EVENTS)
+FRAME_CHUNKS = _http_chunks(_sse_events(FRAME_EVENTS))
 
 
 def _response(body: bytes) -> bytes:
