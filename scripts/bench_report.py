@@ -171,7 +171,7 @@ def core_checks(f: Figures) -> list[Check]:
             Check(
                 "Edge (Node) CPU per json request, c=16",
                 f"{cpu:.2f} ms (Node {node:.2f} ms)",
-                f"<= {EDGE_CPU_MS} ms (Node <= {NODE_CPU_MS} ms)",
+                f"<= {EDGE_CPU_MS:.2f} ms (Node <= {NODE_CPU_MS:.2f} ms)",
                 cpu <= EDGE_CPU_MS and node <= NODE_CPU_MS,
             )
         )
