@@ -68,7 +68,7 @@ NOT_MEASURED: list[str] = []
 # The targets of docs/performance.md against the peers (medians of one run).
 TIMES_PORTKEY, TIMES_LITELLM = 4.0, 30.0
 ADDED_P50_MS, ADDED_P99_MS = 0.6, 2.0  # json, c=1, over the upstream alone
-FRAME_ADDED_US = 50.0  # added delay per streamed frame, median
+FRAME_ADDED_US = 50.0  # added delay per streamed frame (the mean gap over direct)
 
 
 def _install_portkey(root: Path) -> Path:
@@ -341,11 +341,13 @@ def peer_checks(f: Figures) -> list[Check]:
                   f"{mine:.0f} vs {theirs:.0f}", ">= Portkey's", mine >= theirs)
         )  # fmt: skip
     if ours in FRAMES and "upstream" in FRAMES:
-        added = FRAMES[ours].figure("p50") - FRAMES["upstream"].figure("p50")
+        # judged on the mean gap: events arrive several to a read, so the median gap is 0
+        # through every target (docs/performance.md)
         mean = FRAMES[ours].figure("mean") - FRAMES["upstream"].figure("mean")
+        p50 = FRAMES[ours].figure("p50") - FRAMES["upstream"].figure("p50")
         out.append(
-            Check(f"added delay per streamed frame, median ({ours})",
-                  f"{added:.1f} µs (mean {mean:.1f} µs)", f"<= {FRAME_ADDED_US:g} µs",
-                  added <= FRAME_ADDED_US)
+            Check(f"added delay per streamed frame ({ours})",
+                  f"mean {mean:.1f} µs (median gap {p50:+.1f} µs)", f"<= {FRAME_ADDED_US:g} µs",
+                  mean <= FRAME_ADDED_US)
         )  # fmt: skip
     return out
