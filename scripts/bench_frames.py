@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bench_client import load_average, percentile
+from bench_client import load_average, percentile, post_request
 from bench_upstream import FRAME_EVENTS
 
 if TYPE_CHECKING:
@@ -46,19 +46,11 @@ class Frames:
 
 
 def _request(target: Target) -> bytes:
-    body = json.dumps(
-        {**target.bodies["stream"], "messages": [{"role": "user", "content": "bench-frames"}]}
-    ).encode()
-    lines = [
-        f"POST {target.path} HTTP/1.1",
-        f"Host: 127.0.0.1:{target.port}",
-        "Content-Type: application/json",
-        f"Content-Length: {len(body)}",
-        "Connection: close",
-        *([f"Authorization: Bearer {target.token}"] if target.token else []),
-        *(f"{name}: {value}" for name, value in target.headers),
-    ]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+    body = {**target.bodies["stream"], "messages": [{"role": "user", "content": "bench-frames"}]}
+    extra = (*target.headers, ("Connection", "close"))
+    return post_request(
+        "127.0.0.1", target.port, target.path, json.dumps(body).encode(), target.token, extra
+    )
 
 
 async def _one(target: Target) -> list[float]:

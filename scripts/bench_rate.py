@@ -170,19 +170,6 @@ class _Pool:
             self.idle.get_nowait().close()
 
 
-def _request(target: Target) -> bytes:
-    body = target.body("json")
-    lines = [
-        f"POST {target.path} HTTP/1.1",
-        f"Host: 127.0.0.1:{target.port}",
-        "Content-Type: application/json",
-        f"Content-Length: {len(body)}",
-        *([f"Authorization: Bearer {target.token}"] if target.token else []),
-        *(f"{name}: {value}" for name, value in target.headers),
-    ]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
-
-
 async def _step(pool: _Pool, request: bytes, rate: float, seconds: float) -> Step:
     """``rate`` req/s for ``seconds``, open loop (perf_counter: uvloop's clock is in ms)."""
     load1 = load_average()
@@ -227,7 +214,7 @@ async def _step(pool: _Pool, request: bytes, rate: float, seconds: float) -> Ste
 async def _search(targets: list[Target], seconds: float) -> dict[str, Search]:
     searches = {t.name: Search() for t in targets}
     pools = {t.name: _Pool(t.port) for t in targets}
-    requests = {t.name: _request(t) for t in targets}
+    requests = {t.name: t.probe("json").request for t in targets}
     try:
         while True:
             stepped = False
