@@ -7,7 +7,10 @@ answer, so a gateway that falls behind is charged for the requests waiting on it
 ``delay()`` only spaces each connection's next request after its answer, which lets a slow
 server lower the load it is offered). The generator is one asyncio loop (uvloop when
 installed) in bench.py's own process, on the load CPU with wrk and the upstream; requests go
-over keep-alive connections, a new one opened when none is idle, at most ``CONNECTIONS``.
+over keep-alive connections, a new one opened when none is idle, at most ``CONNECTIONS``; one
+the server closed while idle is dropped, and a request that meets such a close is sent once
+more on a new connection, as an HTTP client does (Node.js and uvicorn close a connection idle
+for 5 s; the Edge after 60 s).
 
 Stepped rates per target: ``FIRST_RATE`` req/s, doubled while a step holds (p99 < 20 ms, every
 answer a 200, none left when the step's drain time ran out), then ``REFINE`` bisections
@@ -112,6 +115,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.WriteTransport | None = None  # uvloop's is no asyncio.Transport
         self.buffer = bytearray()
         self.waiter: asyncio.Future[int] | None = None
+        self.answered = 0  # responses read on this connection
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -121,6 +125,7 @@ class _Connection(asyncio.Protocol):
         status = _complete(self.buffer)
         if status is not None and self.waiter is not None and not self.waiter.done():
             self.buffer.clear()
+            self.answered += 1
             self.waiter.set_result(status)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -146,17 +151,27 @@ class _Pool:
         self.idle: asyncio.Queue[_Connection] = asyncio.Queue()
 
     async def take(self) -> _Connection:
-        if self.idle.empty() and self.opened < CONNECTIONS:
-            self.opened += 1
-            try:
-                _, conn = await asyncio.get_running_loop().create_connection(
-                    _Connection, "127.0.0.1", self.port
-                )
-            except OSError:
-                self.opened -= 1
-                raise
-            return conn
+        """An idle connection the server has not closed (Node.js and uvicorn close one
+        idle for 5 s), else a new one while fewer than ``CONNECTIONS`` are open."""
+        while not self.idle.empty():
+            conn = self.idle.get_nowait()
+            if conn.transport is not None:
+                return conn
+            self.opened -= 1
+        if self.opened < CONNECTIONS:
+            return await self.fresh()
         return await self.idle.get()
+
+    async def fresh(self) -> _Connection:
+        self.opened += 1
+        try:
+            _, conn = await asyncio.get_running_loop().create_connection(
+                _Connection, "127.0.0.1", self.port
+            )
+        except OSError:
+            self.opened -= 1
+            raise
+        return conn
 
     def give(self, conn: _Connection, reusable: bool) -> None:
         if reusable and conn.transport is not None:
@@ -182,7 +197,15 @@ async def _step(pool: _Pool, request: bytes, rate: float, seconds: float) -> Ste
         ok = False
         try:
             conn = await pool.take()
-            status = await conn.send(request)
+            try:
+                status = await conn.send(request)
+            except ConnectionError:
+                if conn.answered == 0 or conn.buffer:  # not a kept-alive one closed while idle
+                    raise
+                pool.give(conn, reusable=False)  # as an HTTP client does: once, on a new one
+                conn = None
+                conn = await pool.fresh()
+                status = await conn.send(request)
             ok = True
             if status == 200:
                 latencies.append((time.perf_counter() - due) * 1000)
