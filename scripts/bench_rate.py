@@ -40,7 +40,8 @@ REFINE = 3
 MAX_STEPS = 12
 CONNECTIONS = 256
 DRAIN_S = 5.0
-SETTLE_S = 0.5  # between steps: what a failed step left behind drains
+SETTLE_S = 0.5  # after a step that held
+RECOVER_S = 5.0  # after one that did not: the backlog it left (a server may still work it off)
 
 
 @dataclass(frozen=True)
@@ -230,8 +231,9 @@ async def _step(pool: _Pool, request: bytes, rate: float, seconds: float) -> Ste
         task.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
     failed += len(pending)
-    await asyncio.sleep(SETTLE_S)
-    return Step(rate, sent, latencies, failed, load1)
+    step = Step(rate, sent, latencies, failed, load1)
+    await asyncio.sleep(SETTLE_S if step.held else RECOVER_S)
+    return step
 
 
 async def _search(targets: list[Target], seconds: float) -> dict[str, Search]:
