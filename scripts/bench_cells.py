@@ -121,6 +121,7 @@ SUITES: dict[str, Suite] = {}
 CHECKS: list[Callable[[Figures], list[Check]]] = []
 SECTIONS: list[Callable[[Figures], list[str]]] = []  # more report lines from the medians
 EPILOGUES: list[Callable[[BenchContext], str]] = []  # own measurements after the rounds
+MEASURED: dict[str, Any] = {}  # what suites measured besides the cells, for --json
 
 
 def suite(name: str) -> Callable[[Callable[[BenchContext], Iterator[list[Cell]]]], Suite]:

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bench_cells import (
+    MEASURED,
     ROOT,
     BenchContext,
     Cell,
@@ -227,6 +228,14 @@ def _after_rounds(ctx: BenchContext, targets: list[Target]) -> None:
         RATES.update(sustained(targets, ctx.options.seconds))
     except (OSError, RuntimeError) as exc:
         NOT_MEASURED.append(f"Sustained rate: not measured ({type(exc).__name__}: {exc})")
+    MEASURED["sustained_rate"] = {
+        name: {"sustained": search.sustained, "steps": [step.as_dict() for step in search.steps]}
+        for name, search in RATES.items()
+    }
+    MEASURED["per_frame_us"] = {
+        name: {what: round(frames.figure(what), 1) for what in ("p50", "p99", "mean")}
+        for name, frames in FRAMES.items()
+    }
 
 
 def _added(f: Figures, key: tuple[str, str, int], metric: str) -> float | None:

@@ -64,6 +64,13 @@ class Step:
     def held(self) -> bool:
         return self.failed == 0 and self.p99 < P99_LIMIT_MS
 
+    def as_dict(self) -> dict[str, float | int | None]:
+        answered = len(self.latencies_ms) == self.sent
+        return {
+            "rate": self.rate, "sent": self.sent, "failed": self.failed, "load1": self.load1,
+            "p50_ms": round(self.p50, 3), "p99_ms": round(self.p99, 3) if answered else None,
+        }  # fmt: skip
+
 
 @dataclass
 class Search:
