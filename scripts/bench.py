@@ -354,6 +354,7 @@ def main() -> int:
         "elapsed_s": time.monotonic() - started,
     }
     report = render(Figures(runs), memory, header)
+    report["data"].update(bench_cells.MEASURED)
     print("\n\n".join([report["text"], *epilogues]))
     if args.json:
         Path(args.json).write_text(json.dumps(report["data"], indent=2))

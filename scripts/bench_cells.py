@@ -121,6 +121,7 @@ SUITES: dict[str, Suite] = {}
 CHECKS: list[Callable[[Figures], list[Check]]] = []
 SECTIONS: list[Callable[[Figures], list[str]]] = []  # more report lines from the medians
 EPILOGUES: list[Callable[[BenchContext], str]] = []  # own measurements after the rounds
+MEASURED: dict[str, Any] = {}  # what suites measured besides the cells, for --json
 
 
 def suite(name: str) -> Callable[[Callable[[BenchContext], Iterator[list[Cell]]]], Suite]:
@@ -172,6 +173,9 @@ def edge_stack(
 
     # scripts/bench_diag/sitecustomize.py acts only on the IOP_BENCH_* variables.
     env = {"PYTHONPATH": f"{ROOT / 'scripts' / 'bench_diag'}{os.pathsep}{root}", **(env or {})}
+    node_python = env.pop(NODE_PYTHON, None)
+    if node_python and not Path(node_python).exists():
+        raise RuntimeError(f"{node_python} is missing (docs/performance.md, --variant node-py312)")
     if ctx.options.diagnose:
         out = Path(ctx.options.diagnose).resolve()
         out.mkdir(parents=True, exist_ok=True)
@@ -188,6 +192,7 @@ def edge_stack(
         env=env,
         log_level="WARNING",
         root=root,
+        node_python=node_python,
         **config,
     ) as stack:
         assert stack.edge and stack.edge.popen and stack.nodes[0].popen
@@ -211,7 +216,10 @@ def edge_stack(
         stack.wait_idle()
 
 
-# --variant NAME: a second Edge+Node, changed by scripts/bench_diag/sitecustomize.py.
+# --variant NAME: a second Edge+Node, changed by scripts/bench_diag/sitecustomize.py, or (this
+# key) its Node run by another interpreter.
+NODE_PYTHON = "IOP_BENCH_NODE_PYTHON"
+NODE_PY312 = ROOT / "var" / "node-py312" / "bin" / "python"  # docs/performance.md
 VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "gc": ("edge-gc-undone", {"IOP_BENCH_UNDO": "gc"}),  # no gc.freeze / set_threshold
     "gc-7000": ("edge-gc-7000", {"IOP_BENCH_GC_THRESHOLD": "7000,10,10"}),  # 10x young gen
@@ -220,6 +228,8 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "asyncio": ("edge-asyncio", {"IOP_EVENT_LOOP": "asyncio"}),
     "uvloop": ("edge-uvloop", {"IOP_EVENT_LOOP": "uvloop"}),  # as shipped, for an A/B in order
     "asyncio-edge": ("edge-asyncio-edge", {"IOP_BENCH_ASYNCIO_IN": "edge"}),
+    # the Node on Python 3.12 (aiohttp writes a request body without a task of its own there)
+    "node-py312": ("edge-node-py312", {NODE_PYTHON: str(NODE_PY312)}),
 }
 
 

@@ -77,6 +77,23 @@ def run_wrk(
     )
 
 
+def post_request(
+    host: str, port: int, path: str, body: bytes, token: str,
+    extra: tuple[tuple[str, str], ...] = (),
+) -> bytes:  # fmt: skip
+    """One HTTP/1.1 POST of a JSON ``body`` as bytes (``extra``: more header fields)."""
+    headers = [
+        f"POST {path} HTTP/1.1",
+        f"Host: {host}:{port}",
+        "Content-Type: application/json",
+        f"Content-Length: {len(body)}",
+    ]
+    if token:
+        headers.append(f"Authorization: Bearer {token}")
+    headers += [f"{name}: {value}" for name, value in extra]
+    return ("\r\n".join(headers) + "\r\n\r\n").encode() + body
+
+
 @dataclass(frozen=True)
 class StreamSample:
     ttfb_s: float  # request written -> first body bytes holding an SSE "data:" event
@@ -92,16 +109,7 @@ class Probe:
         self, host: str, port: int, path: str, body: bytes, token: str,
         tls: ssl.SSLContext | None = None, extra: tuple[tuple[str, str], ...] = (),
     ) -> None:  # fmt: skip
-        headers = [
-            f"POST {path} HTTP/1.1",
-            f"Host: {host}:{port}",
-            "Content-Type: application/json",
-            f"Content-Length: {len(body)}",
-        ]
-        if token:
-            headers.append(f"Authorization: Bearer {token}")
-        headers += [f"{name}: {value}" for name, value in extra]
-        self.request = ("\r\n".join(headers) + "\r\n\r\n").encode() + body
+        self.request = post_request(host, port, path, body, token, extra)
         self.host, self.port, self.tls = host, port, tls
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None

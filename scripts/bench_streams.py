@@ -85,7 +85,7 @@ async def _measure(ctx: BenchContext) -> str:
         f"Open streams: {STREAMS} held at once (opened in {opened:.1f} s, load {load1:.2f}): "
         f"Edge RSS {before['edge']:.0f} -> {during['edge']:.0f} MB, {per['edge']:.1f} KB per "
         f"stream; Node {before['node']:.0f} -> {during['node']:.0f} MB, {per['node']:.1f} KB per "
-        f"stream (target: Edge <= 25 KB)"
+        f"stream (target: Edge <= 16 KB)"
     )
 
 

@@ -28,12 +28,21 @@ def _chunk(delta: dict[str, str], finish: str | None = None) -> bytes:
     return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
 
-SSE_EVENTS = (
-    [_chunk({"role": "assistant", "content": ""})]
-    + [_chunk({"content": f"tok{i} "}) for i in range(EVENTS - 3)]
-    + [_chunk({}, "stop"), b"data: [DONE]\n\n"]
-)
-SSE_CHUNKS = [b"%x\r\n%s\r\n" % (len(event), event) for event in SSE_EVENTS]
+def _sse_events(events: int) -> list[bytes]:
+    """A streamed answer of ``events`` data events, the final "[DONE]" included."""
+    return (
+        [_chunk({"role": "assistant", "content": ""})]
+        + [_chunk({"content": f"tok{i} "}) for i in range(events - 3)]
+        + [_chunk({}, "stop"), b"data: [DONE]\n\n"]
+    )
+
+
+def _http_chunks(events: list[bytes]) -> list[bytes]:
+    return [b"%x\r\n%s\r\n" % (len(event), event) for event in events]
+
+
+SSE_EVENTS = _sse_events(EVENTS)
+SSE_CHUNKS = _http_chunks(SSE_EVENTS)
 SSE_HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
     b"Transfer-Encoding: chunked\r\n\r\n"
@@ -62,6 +71,10 @@ MODELS_BODY = json.dumps(
 STREAM_RE = re.compile(rb'"stream"\s*:\s*true')
 HOLD = b"bench-hold"  # a message holding this: the stream's first event, then nothing until
 # the client leaves (open streams, scripts/bench_streams.py)
+FRAMES = b"bench-frames"  # a message holding this: a stream of FRAME_EVENTS events written
+# back to back (the added delay per streamed frame, scripts/bench_frames.py)
+FRAME_EVENTS = 1000
+FRAME_CHUNKS = _http_chunks(_sse_events(FRAME_EVENTS))
 
 
 def _response(body: bytes) -> bytes:
@@ -118,7 +131,8 @@ class UpstreamProtocol(asyncio.Protocol):
             return
         elif STREAM_RE.search(body):
             transport.write(SSE_HEAD)
-            for chunk in (*SSE_CHUNKS, SSE_TAIL):  # one write per event, as tokens arrive
+            chunks = FRAME_CHUNKS if FRAMES in body else SSE_CHUNKS
+            for chunk in (*chunks, SSE_TAIL):  # one write per event, as tokens arrive
                 if transport.is_closing():  # the client left mid-stream (end of a wrk run)
                     return
                 transport.write(chunk)

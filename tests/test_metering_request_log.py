@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from pool.metering import UsageMeter
 from pool.metering.latency import TTFTWindow
-from pool.metering.request_log import PendingRequests, write_rows
+from pool.metering.request_log import PendingRequests, at_value, write_rows
 from pool.models import RequestLogEntry
 from tests.support.metering import record_factory
 from tests.test_metering_meter import NOW, config, make_meter, samples
@@ -204,3 +204,15 @@ def test_rows_written_in_one_statement_read_back_field_for_field() -> None:
                 assert entry.at == expected
             else:
                 assert getattr(entry, name) == value, name
+
+
+@pytest.mark.django_db
+def test_the_writer_stores_each_time_as_djangos_own_adaptation_would() -> None:
+    """The writer adapts ``at`` itself (no per-value checks): the same value Django gives,
+    whole seconds (no fraction written) and microseconds alike, on either database."""
+    from django.db import connection
+
+    when = at_value(connection)
+    for at in (0.0, 1_796_000_000.0, 1_796_000_000.123456, 1_796_000_000.999999):
+        expected = connection.ops.adapt_datetimefield_value(datetime.fromtimestamp(at, tz=UTC))
+        assert when(at) == expected

@@ -9,6 +9,8 @@ process as it was before the heap was settled (docs/performance-history.md).
 ``IOP_BENCH_GC_THRESHOLD=A,B,C``: start with these collector thresholds.
 ``IOP_BENCH_ASYNCIO_IN=edge`` (or ``node``, or both): that process runs on asyncio's own
 loop instead of uvloop (``IOP_EVENT_LOOP=asyncio`` for it alone, nodes/loop.py).
+``IOP_BENCH_OBJECTS=FILE``: on SIGUSR2, count the objects the collector tracks, and their own
+sizes, by type, into ``FILE.<pid>.<n>`` (what an open stream keeps: docs/performance-history.md).
 """
 
 from __future__ import annotations
@@ -80,3 +82,24 @@ if _path:
 
     gc.callbacks.append(_time)
     atexit.register(_write)
+
+_objects = os.environ.get("IOP_BENCH_OBJECTS")
+if _objects:
+    import signal
+    from collections import Counter
+
+    _dumps = [0]
+
+    def _dump_objects(signum: int, frame: Any) -> None:
+        """Count the heap's objects and their own sizes by type into ``FILE.<pid>.<n>``."""
+        counts: Counter[str] = Counter()
+        sizes: Counter[str] = Counter()
+        for obj in gc.get_objects():
+            name = type(obj).__qualname__
+            counts[name] += 1
+            sizes[name] += sys.getsizeof(obj)
+        _dumps[0] += 1
+        with open(f"{_objects}.{os.getpid()}.{_dumps[0]}", "w") as out:
+            json.dump({"counts": counts, "bytes": sizes}, out)
+
+    signal.signal(signal.SIGUSR2, _dump_objects)

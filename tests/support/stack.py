@@ -110,11 +110,14 @@ class Stack:
         principals: list[dict[str, Any]] | None = None,
         root: Path = ROOT,
         node_root: Path | None = None,
+        node_python: str | None = None,
     ) -> None:
         self.dir = Path(directory)
         # The checkout whose Edge and Nodes run (another one: a bench baseline, scripts/bench.py)
         self.root = root
         self.node_root = node_root or root  # the Nodes' checkout (an older one: R-HA-4 tests)
+        # the Nodes' interpreter (another Python's virtualenv: a bench variant); default ours
+        self.node_python = node_python or sys.executable
         self.dir.mkdir(parents=True, exist_ok=True)
         self._upstream_kinds = upstreams if upstreams is not None else {"main": "openai"}
         self._nodes_spec = nodes or [{"id": "node-1", "providers": providers or DEFAULT_PROVIDERS}]
@@ -328,7 +331,7 @@ class Stack:
         token = self._node_tokens[node_id]
         env = child_env({"PYTHONPATH": str(self.node_root), "IOP_NODE_TOKEN": token, **self._env})
         argv = [
-            sys.executable,
+            self.node_python,
             "-m",
             "nodes.agent.main",
             "--config",
