@@ -96,6 +96,18 @@ LIVE_PARAMETERS: tuple[Parameter, ...] = (
         "nodes[*].providers[*].probe_command", "cli provider's probe program (R-HEALTH-3)", "argv"
     ),
     Parameter(
+        "nodes[*].providers[*].price",
+        "provider price per million input, output and cached input tokens (R-COST-1)",
+        "0..1000000, 6 decimal places, cached_input omitted = input; wins over the group's",
+        subtree=True,
+    ),
+    Parameter(
+        "metering",
+        "the currency of every price and budget amount (R-COST-1)",
+        "three uppercase letters, default USD",
+        subtree=True,
+    ),
+    Parameter(
         "models",
         "model catalog: groups added/removed, provider mappings, usage attribution (R-CFG-4)",
         "mapped providers must exist",
@@ -138,8 +150,8 @@ LIVE_PARAMETERS: tuple[Parameter, ...] = (
     ),
     Parameter(
         "openai.principal_tokens[*].budget",
-        "principal token budget per UTC calendar period (R-BUD-1)",
-        "{tokens: >= 1, period: day | week | month}, omitted = none",
+        "principal token budget per UTC calendar period (R-BUD-1, R-COST-3)",
+        "{tokens: >= 1 | amount: > 0, period: day | week | month}, omitted = none",
         subtree=True,
     ),
     Parameter(

@@ -15,13 +15,16 @@ from catalog.config.schema import (
     AdminDoc,
     CredentialPlaneDoc,
     EdgeDoc,
+    MeteringDoc,
     ModelDoc,
     NodeDoc,
     OpenAIDoc,
+    PriceDoc,
     ProviderDoc,
     ProviderPoolDoc,
 )
 from catalog.config.schema.base import SecretRefDoc
+from catalog.config.schema.openai import BudgetDoc
 from catalog.config.schema.sections import ServerTLSDoc
 from catalog.config.secrets import SecretRef
 from catalog.config.snapshot import (
@@ -32,6 +35,7 @@ from catalog.config.snapshot import (
     KeyFile,
     ModelGroupSpec,
     NodeSpec,
+    Price,
     PrincipalSpec,
     PrincipalTokenSpec,
     ProviderAuth,
@@ -49,6 +53,18 @@ def _dump(doc: Any, **kwargs: Any) -> dict[str, Any]:
 
 def _secret(doc: SecretRefDoc | None) -> SecretRef | None:
     return None if doc is None else SecretRef(env=doc.env, file=doc.file)
+
+
+def _price(doc: PriceDoc | None) -> Price | None:
+    """R-COST-1: ``cached_input`` omitted is the input price."""
+    if doc is None:
+        return None
+    cached = doc.input if doc.cached_input is None else doc.cached_input
+    return Price(doc.input, doc.output, cached)
+
+
+def _budget(doc: BudgetDoc | None) -> Budget | None:
+    return None if doc is None else Budget(doc.tokens, doc.period, doc.amount)
 
 
 def _tls(doc: ServerTLSDoc | None) -> TLSFiles | None:
@@ -111,6 +127,7 @@ def _provider(
         probe_interval_s=doc.probe_interval_s or 0.0,
         probe_command=tuple(doc.probe_command) if doc.probe_command is not None else None,
         credential_env=doc.credential_env,
+        price=_price(doc.price),
     )
 
 
@@ -190,6 +207,7 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
                 else Affinity(model.affinity.key, model.affinity.ttl_s)
             ),
             max_output_tokens=model.max_output_tokens,
+            price=_price(model.price),
         )
         for provider_id, served_model in model.providers.items():
             served.setdefault(provider_id, {})[model.id] = served_model
@@ -204,13 +222,16 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
             rpm=t.rpm,
             tpm=t.tpm,
             max_queued=t.max_queued,
-            budget=None if t.budget is None else Budget(t.budget.tokens, t.budget.period),
+            budget=_budget(t.budget),
             max_pending_bodies=t.max_pending_bodies,
         )
         for t in openai.principal_tokens
     )
     gate = openai.stream_evidence_gate
     principals = _principals(ctx, document)
+    metering = parsed.section("metering", MeteringDoc) or MeteringDoc()
+    if parsed.raw_sections["metering"]:  # written only when the document had it
+        document["metering"] = _dump(metering)
     return EdgeSnapshot(
         document_json=json.dumps(document, ensure_ascii=False),
         edge_id=edge.id,
@@ -254,6 +275,7 @@ def build_snapshot(ctx: Context) -> EdgeSnapshot:
         _nodes_by_id=MappingProxyType({node.id: node for node in nodes}),
         _served_by_provider=freeze(served),
         principals=MappingProxyType(principals),
+        currency=metering.currency,
     )
 
 
@@ -265,8 +287,9 @@ def _principals(ctx: Context, document: dict[str, Any]) -> dict[str, PrincipalSp
         p = item.doc
         assert p is not None
         dumped.append(_dump(p))
-        budget = None if p.budget is None else Budget(p.budget.tokens, p.budget.period)
-        out[p.id] = PrincipalSpec(p.id, budget, p.rpm, p.tpm, p.max_in_flight, p.max_queued)
+        out[p.id] = PrincipalSpec(
+            p.id, _budget(p.budget), p.rpm, p.tpm, p.max_in_flight, p.max_queued
+        )
     if dumped:
         document["principals"] = dumped
     return out

@@ -15,6 +15,7 @@ from catalog.config.schema import (
     AdminDoc,
     CredentialPlaneDoc,
     EdgeDoc,
+    MeteringDoc,
     ModelDoc,
     NodeDoc,
     OpenAIDoc,
@@ -33,6 +34,7 @@ SECTIONS: dict[str, type[Doc]] = {
     "openai": OpenAIDoc,
     "provider_pool": ProviderPoolDoc,
     "credential_plane": CredentialPlaneDoc,
+    "metering": MeteringDoc,  # R-COST-1
 }
 ROOT_KEYS = (*SECTIONS, "protocol_profiles", "nodes", "models", "principals")
 

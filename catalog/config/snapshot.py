@@ -6,10 +6,12 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from types import MappingProxyType
 from typing import Any, Literal
 
 from catalog.config.addresses import HostPort
+from catalog.config.money import DEFAULT_CURRENCY, per_token_pico, to_pico
 from catalog.config.profiles.model import RuntimeProfile
 from catalog.config.secrets import SecretRef
 
@@ -27,6 +29,21 @@ class TLSFiles:
     cert_file: str
     key_file: str
     client_ca_file: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """R-COST-1: ``metering.currency`` per million input, output and cached input tokens
+    (``cached_input`` already resolved: the input price when it was omitted)."""
+
+    input: Decimal
+    output: Decimal
+    cached_input: Decimal
+
+    def per_token_pico(self) -> tuple[int, int, int]:
+        """(input, output, cached input) in 10^-12 of the currency per token, exact."""
+        return (per_token_pico(self.input), per_token_pico(self.output),
+                per_token_pico(self.cached_input))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +70,7 @@ class ProviderSpec:
     probe_interval_s: float = 0.0  # R-HEALTH-3: 0 = no active probe
     probe_command: tuple[str, ...] | None = None  # cli providers: the probe program
     credential_env: str | None = None  # managed cli providers: the slot secret's env name
+    price: Price | None = None  # R-COST-1: wins over the model group's
 
     @property
     def address(self) -> str:
@@ -110,14 +128,26 @@ class ModelGroupSpec:
     refuse_dropped: bool = False
     affinity: Affinity | None = None  # R-AFF-1
     max_output_tokens: int | None = None  # R-LIM-5: None = the client's own bound
+    price: Price | None = None  # R-COST-1: for providers without their own
 
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """R-BUD-1: prompt plus completion tokens a principal may use per UTC calendar period."""
+    """What a principal may use per UTC calendar period: prompt plus completion ``tokens``
+    (R-BUD-1) or an ``amount`` of ``metering.currency`` (R-COST-3); exactly one is set."""
 
-    tokens: int
+    tokens: int | None
     period: str  # day | week | month
+    amount: Decimal | None = None
+
+    @property
+    def in_money(self) -> bool:
+        return self.amount is not None
+
+    @property
+    def limit(self) -> int:
+        """The figure the meter's counters are compared with: tokens, or 10^-12 units."""
+        return to_pico(self.amount) if self.amount is not None else int(self.tokens or 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +277,15 @@ class EdgeSnapshot:
     _nodes_by_id: Mapping[str, NodeSpec] = field(repr=False, compare=False)
     _served_by_provider: Mapping[str, Mapping[str, str]] = field(repr=False, compare=False)
     principals: Mapping[str, PrincipalSpec] = field(hash=False)  # R-MGD-13, by id
+    currency: str = DEFAULT_CURRENCY  # R-COST-1: metering.currency
+
+    def price(self, group: str, provider_id: str | None) -> Price | None:
+        """R-COST-1: the provider's price, else its model group's, else None (not priced)."""
+        spec = self.providers.get(provider_id) if provider_id else None
+        if spec is not None and spec.price is not None:
+            return spec.price
+        model = self.models.get(group)
+        return model.price if model is not None else None
 
     @property
     def document(self) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator as After
@@ -12,6 +13,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
     ValidationError,
     model_validator,
 )
@@ -19,6 +21,7 @@ from pydantic_core import PydanticCustomError
 
 from catalog.config.addresses import is_loopback_host, parse_host_port, url_problem
 from catalog.config.errors import ConfigIssue, Issues, format_path
+from catalog.config.money import MAX_AMOUNT, MAX_PRICE, MoneyError, decimal_figure
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -110,6 +113,27 @@ LoopbackListen = Annotated[str, After(_loopback_listen)]
 HttpUrl = Annotated[str, Field(max_length=500), After(_http_url)]
 FileRef = Annotated[str, Field(min_length=1), After(_file_ref)]
 JsonObject = Annotated[dict[str, Any], After(_json_value)]
+
+
+def _figure(maximum: Decimal) -> Any:
+    def read(value: Any) -> Decimal:
+        try:
+            return decimal_figure(value, maximum)
+        except MoneyError as exc:
+            raise fail(str(exc)) from None
+
+    return BeforeValidator(read)
+
+
+def _money_json(value: Decimal) -> int | float:
+    # A JSON number, read back exactly: at most 6 places and 10^9 fit a double's 15 digits.
+    return int(value) if value == value.to_integral_value() else float(value)
+
+
+_AS_NUMBER = PlainSerializer(_money_json, when_used="json")
+# R-COST-1: a price per million tokens; R-COST-3: a budget amount (catalog/config/money.py)
+Price = Annotated[Decimal, _figure(MAX_PRICE), _AS_NUMBER]
+Amount = Annotated[Decimal, _figure(MAX_AMOUNT), Field(gt=0), _AS_NUMBER]
 
 
 class SecretRefDoc(Doc):

@@ -17,6 +17,7 @@ from catalog.config.schema.base import (
     Label,
     ModelId,
     NonEmpty,
+    Price,
     Secret,
     Sha256Hex,
 )
@@ -50,6 +51,15 @@ class ProfileDoc(Doc):
     extensions: JsonObject | None = None
 
 
+class PriceDoc(Doc):
+    """``price`` of a model group or a provider (R-COST-1): ``metering.currency`` per million
+    tokens; ``cached_input`` omitted = the ``input`` price."""
+
+    input: Price
+    output: Price
+    cached_input: Price | None = None
+
+
 class ProviderDoc(Doc):
     """``nodes[].providers[]``: one provider resource (R-CFG-3, R-CFG-8)."""
 
@@ -76,6 +86,7 @@ class ProviderDoc(Doc):
     # R-HEALTH-3: active probes; omitted or 0 = off.
     probe_interval_s: Annotated[float, Field(ge=0, le=86400)] | None = None
     probe_command: Annotated[list[NonEmpty], Field(min_length=1)] | None = None
+    price: PriceDoc | None = None  # R-COST-1: wins over the model group's
     # Legacy per-provider queue keys, promoted to provider_pool at load (R-CFG-7).
     max_queue: Annotated[int, Field(ge=0)] | None = None
     queue_timeout_ms: Annotated[int, Field(ge=0)] | None = None
@@ -131,6 +142,7 @@ class ModelDoc(Doc):
     affinity: AffinityDoc | None = None  # R-AFF-1: cache affinity inside exact capacity
     # R-LIM-5: larger output bounds are capped to it, a missing one set to it; omitted = none
     max_output_tokens: Annotated[int, Field(ge=1, le=2**31 - 1)] | None = None
+    price: PriceDoc | None = None  # R-COST-1: a provider's own price wins
     # R-FALL-1: model groups tried in order when this one cannot serve (rules/fallbacks.py)
     fallbacks: Annotated[list[ModelId], Field(max_length=MAX_FALLBACKS)] = Field(
         default_factory=list

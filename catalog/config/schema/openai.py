@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from catalog.config.schema.base import (
+    Amount,
     Doc,
     HeaderName,
     Identifier,
@@ -15,6 +16,7 @@ from catalog.config.schema.base import (
     ModelId,
     Secret,
     Sha256Hex,
+    fail,
     matching,
 )
 from catalog.config.schema.sections import ServerTLSDoc
@@ -39,10 +41,18 @@ BudgetPeriod = Literal["day", "week", "month"]
 
 
 class BudgetDoc(Doc):
-    """``principal_tokens[].budget``: prompt plus completion tokens per UTC calendar period."""
+    """A principal's budget per UTC calendar period: prompt plus completion ``tokens``
+    (R-BUD-1), or an ``amount`` of ``metering.currency`` (R-COST-3); exactly one."""
 
-    tokens: Annotated[int, Field(ge=1, le=BUDGET_MAX_TOKENS)]
+    tokens: Annotated[int, Field(ge=1, le=BUDGET_MAX_TOKENS)] | None = None
+    amount: Amount | None = None
     period: BudgetPeriod
+
+    @model_validator(mode="after")
+    def _one_unit(self) -> BudgetDoc:
+        if (self.tokens is None) == (self.amount is None):
+            raise fail("a budget states exactly one of tokens or amount")
+        return self
 
 
 class PrincipalTokenDoc(Doc):

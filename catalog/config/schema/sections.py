@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from catalog.config.money import CURRENCY_PATTERN, DEFAULT_CURRENCY
 from catalog.config.schema.base import (
     Doc,
     FileRef,
@@ -14,6 +15,7 @@ from catalog.config.schema.base import (
     LoopbackListen,
     NonEmpty,
     Secret,
+    matching,
 )
 
 
@@ -52,6 +54,14 @@ class ProviderPoolDoc(Doc):
     eject_after_failures: Annotated[int, Field(ge=0, le=1000)] | None = None
     eject_base_s: Annotated[float, Field(gt=0, le=3600)] | None = None
     eject_max_s: Annotated[float, Field(gt=0, le=86400)] | None = None
+
+
+class MeteringDoc(Doc):
+    """``metering`` (R-COST-1): the one currency of every price and budget amount."""
+
+    currency: Annotated[
+        str, matching(CURRENCY_PATTERN, "must be three uppercase letters (ISO 4217, e.g. USD)")
+    ] = DEFAULT_CURRENCY
 
 
 class ClientTLSDoc(Doc):
