@@ -328,7 +328,7 @@ CASES: list[tuple[str, Callable[[Doc], object], str, str, str]] = [
         ),
         'openai.principal_tokens["app-notebook"].budget',
         LIVE,
-        "principal token budget per UTC calendar period (R-BUD-1)",
+        "principal token budget per UTC calendar period (R-BUD-1, R-COST-3)",
     ),
     (
         "principal_token_max_queued",
