@@ -128,6 +128,27 @@ CASES: list[tuple[str, Callable[[Doc], object], str, str, str]] = [
         "cli provider's probe program (R-HEALTH-3)",
     ),
     (
+        "provider_price",
+        lambda d: provider(d, "vllm-local").update(price={"input": 1, "output": 2}),
+        f"{VLLM}.price",
+        LIVE,
+        "provider price per million input, output and cached input tokens (R-COST-1)",
+    ),
+    (
+        "currency",
+        lambda d: d.update(metering={"currency": "EUR"}),
+        "metering",
+        LIVE,
+        "the currency of every price and budget amount (R-COST-1)",
+    ),
+    (
+        "group_price",
+        lambda d: model(d, "qwen-local").update(price={"input": 1, "output": 2}),
+        'models["qwen-local"].price',
+        LIVE,
+        MODELS_MEANING,
+    ),
+    (
         "usage_attribution",
         lambda d: model(d, "qwen-local").update(usage_attribution="model_group"),
         'models["qwen-local"].usage_attribution',
