@@ -120,6 +120,7 @@ class ProviderInline(admin.StackedInline):
         ("profile", "legacy_type"),
         ("capacity", "long_context_capacity"),
         ("context_window_tokens", "priority"),
+        "price",
         "settings",
         "order",
     )
@@ -164,6 +165,7 @@ class ProviderAdmin(CatalogAdmin):
         ("profile", "legacy_type"),
         ("capacity", "long_context_capacity"),
         ("context_window_tokens", "priority"),
+        "price",
         "settings",
         "order",
     )
@@ -181,7 +183,7 @@ class ModelGroupAdmin(CatalogAdmin):
     list_display = ("key", "usage_attribution", "targets_display", "order")
     list_filter = ("usage_attribution", "targets__provider__node", "targets__provider")
     search_fields = ("key", "targets__provider__key", "targets__served_model")
-    fields = ("key", "usage_attribution", "fallbacks", "settings", "order")
+    fields = ("key", "usage_attribution", "fallbacks", "price", "settings", "order")
     inlines = (ModelProviderInline,)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:

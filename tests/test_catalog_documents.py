@@ -141,6 +141,27 @@ def test_principals_and_the_new_limits_survive_the_round_trip():
     assert load_snapshot(exported) == load_snapshot(original)
 
 
+def test_prices_the_currency_and_money_budgets_survive_the_round_trip():
+    """R-COST-1, R-COST-3: prices sit in their columns, the currency and a budget in money
+    are exported as written and load to the same snapshot (exact decimals)."""
+    original = example()
+    group_price = {"input": 0.15, "output": 0.6, "cached_input": 0.075}
+    original["models"][0]["price"] = group_price
+    first = original["nodes"][0]["providers"][0]
+    first["price"] = {"input": "3", "output": 15}
+    original["metering"] = {"currency": "EUR"}
+    original["principals"] = [
+        {"id": "team-research", "budget": {"amount": 25.5, "period": "month"}}
+    ]
+    document_to_catalog(original)
+    assert ModelGroup.objects.get(key=original["models"][0]["id"]).price == group_price
+    assert Provider.objects.get(key=first["id"]).price == {"input": 3, "output": 15}
+    exported = catalog_to_document()
+    assert exported["metering"] == {"currency": "EUR"}
+    assert exported["principals"] == original["principals"]
+    assert load_snapshot(exported) == load_snapshot(original)
+
+
 def test_managed_mode_sections_survive_the_round_trip():
     original = managed_example()
     document_to_catalog(original)

@@ -15,6 +15,12 @@ NODE_TOKEN_HELP = (
     "`python manage.py iop_token --node NODE_ID`."
 )
 
+PRICE_HELP = (
+    "metering.currency per million tokens (R-COST-1, live), e.g. "
+    '{"input": 0.15, "output": 0.6, "cached_input": 0.075}; cached_input blank = the input '
+    "price. A provider's price wins over its model group's. Blank = none."
+)
+
 
 class ProtocolProfile(OrderedRow):
     """A custom protocol profile overlay (`protocol_profiles.<name>`, R-PROF-1)."""
@@ -64,6 +70,7 @@ class Provider(OrderedRow):
     context_window_tokens = models.IntegerField(null=True, blank=True)
     priority = models.IntegerField(null=True, blank=True, help_text="Lower is preferred.")
     enabled = models.BooleanField(default=True)
+    price = DocumentJSONField(null=True, blank=True, help_text=PRICE_HELP)
 
     columns = {
         "id": "key",
@@ -74,6 +81,7 @@ class Provider(OrderedRow):
         "context_window_tokens": "context_window_tokens",
         "priority": "priority",
         "enabled": "enabled",
+        "price": "price",
     }
 
     class Meta:
@@ -105,7 +113,14 @@ class ModelGroup(OrderedRow):
         ),
     )
 
-    columns = {"id": "key", "usage_attribution": "usage_attribution", "fallbacks": "fallbacks"}
+    price = DocumentJSONField(null=True, blank=True, help_text=PRICE_HELP)
+
+    columns = {
+        "id": "key",
+        "usage_attribution": "usage_attribution",
+        "fallbacks": "fallbacks",
+        "price": "price",
+    }
     child_keys = frozenset({"providers"})
 
     class Meta:
@@ -173,8 +188,9 @@ class PrincipalToken(OrderedRow):
         null=True,
         blank=True,
         help_text=(
-            "The principal's tokens per UTC calendar period (R-BUD-1, live), e.g. "
-            '{"tokens": 5000000, "period": "month"} (day, week or month). A budget is the '
+            "The principal's tokens or amount of metering.currency per UTC calendar period "
+            '(R-BUD-1, R-COST-3, live), e.g. {"tokens": 5000000, "period": "month"} or '
+            '{"amount": 25.0, "period": "month"} (day, week or month). A budget is the '
             "principal's: state it on one of its tokens and it holds for all of them (another "
             "of its tokens may only repeat it unchanged). Blank = no budget of its own."
         ),
