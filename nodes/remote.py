@@ -41,8 +41,8 @@ from nodes.remote_wire import (
     Open,
     Output,
     Part,
-    decode,
-    encode,
+    entry,
+    read_entry,
 )
 from nodes.runs import NodeUnavailable, RunChannel, RunOrder
 from nodes.tokens import sane_usage
@@ -257,7 +257,7 @@ class RunRouter:
         key = self._key(*to, kind)
         async with self._redis.pipeline(transaction=False) as pipe:
             for message in messages:
-                pipe.xadd(key, {"m": encode(message)}, maxlen=STREAM_MAXLEN, approximate=True)
+                pipe.xadd(key, entry(message), maxlen=STREAM_MAXLEN, approximate=True)
             pipe.pexpire(key, int(STREAM_TTL_S * 1000))
             await pipe.execute()
 
@@ -283,7 +283,7 @@ class RunRouter:
                 for entry_id, fields in entries:
                     streams[name] = entry_id
                     try:
-                        message = decode(fields[b"m"])
+                        message = read_entry(fields)
                     except (msgspec.ValidationError, msgspec.DecodeError, KeyError):
                         log.warning("run routing: malformed message on %s ignored", name)
                         continue

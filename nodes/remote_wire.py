@@ -8,6 +8,8 @@ process of an Edge id (R-SCALE-4). No Django here.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from nodes import wire
@@ -69,3 +71,29 @@ class End(Msg, tag="end"):
 Message = Open | Part | Credit | Cancel | Taken | Output | End
 encode = msgspec.json.Encoder().encode
 decode = msgspec.json.Decoder(Message).decode
+# R-COST-1: an End's cached input tokens travel in a field of their own beside ``m``: an Edge
+# of an earlier version reads only ``m`` (whose usage refuses unknown fields), so a rolling
+# upgrade keeps routing runs both ways (docs/scale-out.md, "Rolling upgrades").
+CACHED_FIELD = b"c"
+
+
+def entry(message: Msg) -> dict[Any, Any]:
+    """The stream entry of ``message``."""
+    usage = message.usage if isinstance(message, End) else None
+    if usage is None or not usage.cached_input_tokens:
+        return {b"m": encode(message)}
+    plain = msgspec.structs.replace(usage, cached_input_tokens=0)
+    return {
+        b"m": encode(msgspec.structs.replace(message, usage=plain)),
+        CACHED_FIELD: b"%d" % usage.cached_input_tokens,
+    }
+
+
+def read_entry(fields: dict[bytes, bytes]) -> Msg:
+    """A stream entry's message (raises as ``decode`` does, or ``KeyError`` without ``m``)."""
+    message: Msg = decode(fields[b"m"])
+    cached = fields.get(CACHED_FIELD)
+    if cached is not None and isinstance(message, End) and message.usage is not None:
+        figure = int(cached) if cached.isdigit() else 0  # checked again by sane_usage
+        message.usage = msgspec.structs.replace(message.usage, cached_input_tokens=figure)
+    return message

@@ -39,14 +39,20 @@ def token_figure(value: object, field: str) -> int:
 
 
 def sane_usage(usage: wire.Usage | None, where: str) -> wire.Usage | None:
-    """``usage`` with both counts checked; the same object when both were fine."""
+    """``usage`` with every count checked (cached input tokens at most the input ones); the
+    same object when all were fine."""
     if usage is None:
         return None
-    inp, out = usage.input_tokens, usage.output_tokens
-    if type(inp) is int and type(out) is int and 0 <= inp < MAX_TOKENS and 0 <= out < MAX_TOKENS:
+    inp, out, cached = usage.input_tokens, usage.output_tokens, usage.cached_input_tokens
+    if (
+        type(inp) is int and type(out) is int and type(cached) is int
+        and 0 <= inp < MAX_TOKENS and 0 <= out < MAX_TOKENS and 0 <= cached <= inp
+    ):  # fmt: skip
         return usage
+    inp = token_figure(inp, f"{where} input_tokens")
     return wire.Usage(
-        input_tokens=token_figure(inp, f"{where} input_tokens"),
+        input_tokens=inp,
         output_tokens=token_figure(out, f"{where} output_tokens"),
         estimated=usage.estimated,
+        cached_input_tokens=min(token_figure(cached, f"{where} cached_input_tokens"), inp),
     )

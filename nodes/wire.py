@@ -14,14 +14,17 @@ import msgspec
 
 # 2: a run_end may carry the run's last output (``RunEnd.data``). An Edge still accepts a
 # protocol 1 Node (it never sends that field), so Edges are upgraded before their Nodes.
-PROTOCOL_VERSION = 2
-ACCEPTED_PROTOCOLS = frozenset({1, PROTOCOL_VERSION})
+# 3: the Edge states its protocol in register_response, and a run's usage may carry cached
+# input tokens (``Usage.cached_input_tokens``, R-COST-1), sent only to an Edge of 3.
+PROTOCOL_VERSION = 3
+ACCEPTED_PROTOCOLS = frozenset({1, 2, PROTOCOL_VERSION})
 # Versions meet at register (R-HA-4; docs/architecture.md): which optional field of which
 # message came in which protocol version. A peer is sent a field only when the protocol it
 # stated at register has it (``for_protocol``): a Node one version older is never sent a
 # field it would refuse (every message forbids unknown fields). request_id and traceparent
 # came late in protocol 1: a protocol 1 Node may not know them, so they count as 2's.
 FIELDS_SINCE: dict[str, dict[str, int]] = {
+    "register_response": {"protocol": 3},
     "run_end": {"data": 2},
     "run_request": {"request_id": 2, "traceparent": 2},
     "tunnel_request": {"request_id": 2, "traceparent": 2},
@@ -100,9 +103,14 @@ class NodePayload(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True
 
 
 class Usage(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """A run's tokens. ``input_tokens`` counts every prompt token; ``cached_input_tokens``
+    is the part of them the upstream read from its prompt cache (R-COST-1; protocol 3, so
+    a Node sends it only to an Edge of 3: ``for_edge``)."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     estimated: bool = False
+    cached_input_tokens: int = 0
 
 
 # Where a run failed (R-HEALTH-1): only the first two may be retried on another provider.
@@ -217,10 +225,14 @@ class Pong(_Msg, tag="pong"):
 
 
 class RegisterResponse(_Msg, tag="register_response"):
+    """``protocol``: the Edge's (3 on); an Edge that omits it speaks 2 or less, and is sent
+    no field of 3 (``for_edge``)."""
+
     generation: int
     payload: NodePayload
     heartbeat_interval_s: float = 15.0
     heartbeat_timeout_s: float = 45.0
+    protocol: int = 2
 
 
 class RunBodyPart(_Msg, tag="run_body_part"):
@@ -326,6 +338,19 @@ def for_protocol(message: _M, protocol: int) -> _M:
         return message
     defaults = {f.name: f.default for f in msgspec.structs.fields(message) if f.name in drop}
     return msgspec.structs.replace(message, **defaults)
+
+
+def for_edge(message: _M, protocol: int) -> _M:
+    """A Node's ``message`` for an Edge of ``protocol``: a usage without its cached input
+    tokens for an Edge before 3 (every message refuses unknown fields). O(1): checked for
+    every frame a Node sends."""
+    if protocol >= 3 or type(message) is not RunEnd:
+        return message
+    usage = message.usage  # type: ignore[attr-defined]
+    if usage is None or not usage.cached_input_tokens:
+        return message
+    plain = msgspec.structs.replace(usage, cached_input_tokens=0)
+    return msgspec.structs.replace(message, usage=plain)
 
 
 def encode(message: _Msg) -> bytes:

@@ -16,7 +16,7 @@ from catalog.config.periods import period_bounds
 from pool.http.budgets import Budgets
 from pool.http.errors import HttpError
 from pool.metering import UsageMeter
-from pool.metering.budget_view import BudgetView
+from pool.metering.budget_view import BudgetView, Counted
 from pool.metering.pending import Counts, UsageKey
 from tests.support.metering import record_factory
 from tests.test_metering_meter import CONFIG, Writes
@@ -164,11 +164,11 @@ async def test_an_unreadable_ledger_keeps_enforcing_on_what_is_known_r_bud_1() -
 def test_a_new_period_starts_clean_r_bud_1() -> None:
     """R-BUD-1: a figure read in yesterday's period counts nothing today."""
     view = BudgetView()
-    view.configure({"p": "day"})
+    view.configure({"p": Counted("day")})
     yesterday = NOW - 86400
     start = period_bounds("day", yesterday)[0]
-    view.refreshed({"day": (frozenset({"p"}), start)}, {"p": 5000}, [])
-    view.add("p", int(yesterday) // 3600 * 3600, 70)
+    view.refreshed({("day", False): (frozenset({"p"}), start)}, {"p": 5000}, [])
+    view.add("p", int(yesterday) // 3600 * 3600, 70, 0)
     assert view.used("p", yesterday)[0] == 5070
     assert view.used("p", NOW)[0] == 0
 
@@ -178,7 +178,7 @@ def test_a_raised_budget_is_live_r_bud_1() -> None:
     view = BudgetView()
     budgets = Budgets(view, clock=lambda: NOW)
     view.configure(budgets.limits_of(snapshot_with({"tokens": 100, "period": "day"})))
-    view.add("team-research", int(NOW) // 3600 * 3600, 100)
+    view.add("team-research", int(NOW) // 3600 * 3600, 100, 0)
     with pytest.raises(HttpError):
         budgets.admit("team-research")
     view.configure(budgets.limits_of(snapshot_with({"tokens": 150, "period": "day"})))
@@ -187,7 +187,7 @@ def test_a_raised_budget_is_live_r_bud_1() -> None:
 
 def test_pending_usage_is_recounted_by_principal_and_hour() -> None:
     view = BudgetView()
-    view.configure({"p": "day"})
+    view.configure({"p": Counted("day")})
     key = UsageKey(int(NOW) // 3600 * 3600, "p", "t", "g", "x", "provider", False)
     other = key._replace(principal_ref="q")
     view.refreshed({}, {}, [(key, Counts(1, 0, 3, 4)), (other, Counts(1, 0, 50, 50))])
@@ -196,11 +196,13 @@ def test_pending_usage_is_recounted_by_principal_and_hour() -> None:
 
 def test_the_reader_is_asked_per_period_for_the_budgeted_principals() -> None:
     view = BudgetView()
-    view.configure({"a": "day", "b": "month", "c": "day"})
+    view.configure({"a": Counted("day"), "b": Counted("month"), "c": Counted("day"),
+                    "d": Counted("day", money=True)})  # fmt: skip
     wanted = view.wanted(NOW)
     assert wanted == {
-        "day": (frozenset({"a", "c"}), int(at("2026-12-01T00:00:00"))),
-        "month": (frozenset({"b"}), int(at("2026-12-01T00:00:00"))),
+        ("day", False): (frozenset({"a", "c"}), int(at("2026-12-01T00:00:00"))),
+        ("day", True): (frozenset({"d"}), int(at("2026-12-01T00:00:00"))),
+        ("month", False): (frozenset({"b"}), int(at("2026-12-01T00:00:00"))),
     }
 
 
@@ -212,6 +214,74 @@ async def test_a_new_budget_wakes_the_meter_for_a_read() -> None:
         lambda: snapshot, writer=Writes(), budget_reader=reader, retention_days=0,
         flush_interval_s=3600,
     )  # fmt: skip
-    meter.configure_budgets({"team-research": "day"})
+    meter.configure_budgets({"team-research": Counted("day")})
     assert await asyncio.to_thread(reader.done.wait, 5.0)
+    await meter.aclose()
+
+
+async def test_a_budget_added_live_admits_nothing_before_the_ledger_is_read_r_bud_1() -> None:
+    """Review note: a budget added by an apply used to see the whole budget left on its first
+    request although the ledger already held the period's usage. Admission now waits for the
+    first read of the ledger: the request that comes first after the apply is refused."""
+    reader = Reader({"team-research": 5000})  # the ledger: the principal already used 5000
+    snapshot = snapshot_with(None)
+    meter = UsageMeter(
+        lambda: snapshot, writer=Writes(), budget_reader=reader, retention_days=0,
+        flush_interval_s=3600, clock=lambda: NOW,
+    )  # fmt: skip
+    budgets = Budgets(meter.budgets, clock=lambda: NOW)
+    meter.configure_budgets(budgets.limits_of(snapshot))
+    applied = snapshot_with({"tokens": 1000, "period": "day"})  # the apply adds a budget
+    meter.configure_budgets(budgets.limits_of(applied))
+    assert meter.budgets.unread("team-research")
+    await budgets.ready("team-research")  # what admission does first (Admission.decide)
+    assert reader.calls, "admission went on without a ledger read"
+    with pytest.raises(HttpError) as refused:
+        budgets.admit("team-research")
+    assert refused.value.code == "budget_exceeded"
+    await meter.aclose()
+
+
+async def test_a_new_budget_whose_read_fails_is_enforced_on_what_is_known_r_bud_1() -> None:
+    """The first read failing does not keep admissions waiting: this Edge's own usage counts."""
+    reader = Reader()
+    reader.fail = True
+    budgets, meter = budgets_with(1000, reader)
+    meter.configure_budgets(budgets.limits_of(snapshot_with({"tokens": 1000, "period": "day"})))
+    await meter.refresh_budgets()
+    assert not meter.budgets.unread("team-research")
+    meter.record(record())
+    assert headers(budgets.admit("team-research"))["x-budget-remaining-tokens"] == "900"
+    await meter.aclose()
+
+
+async def test_a_budget_in_money_counts_the_metered_cost_r_cost_3() -> None:
+    """R-COST-3: ``{amount, period}`` is compared with the cost the meter records (the same
+    counters as tokens), the headers in the currency; 429 once it is spent."""
+    import yaml
+
+    document = yaml.safe_load(CONFIG)
+    document["openai"]["principal_tokens"][0]["budget"] = {"amount": 0.001, "period": "day"}
+    document["models"][0]["price"] = {"input": 3, "output": 15}  # per million tokens
+    document["metering"] = {"currency": "EUR"}
+    snapshot = load_snapshot(document)
+    reader = Reader({"team-research": 300_000_000})  # the ledger: 0.0003 EUR already
+    meter = UsageMeter(lambda: snapshot, writer=Writes(), budget_reader=reader,
+                       retention_days=0, clock=lambda: NOW)  # fmt: skip
+    budgets = Budgets(meter.budgets, clock=lambda: NOW)
+    meter.configure_budgets(budgets.limits_of(snapshot))
+    await meter.refresh_budgets()
+    assert headers(budgets.admit("team-research")) == {
+        "x-budget-limit-amount": "0.001",
+        "x-budget-currency": "EUR",
+        "x-budget-remaining-amount": "0.0007",
+        "x-budget-reset": "2026-12-02T00:00:00Z",
+    }
+    # 40 in at 3 + 60 out at 15 per million: 0.00012 + 0.0009 = 0.00102 EUR
+    meter.record(record(provider_id="vllm-local"))
+    with pytest.raises(HttpError) as refused:
+        budgets.admit("team-research")
+    assert refused.value.code == "budget_exceeded"
+    assert headers(refused.value.headers())["x-budget-remaining-amount"] == "0"
+    assert "0.001 EUR per period" in refused.value.message
     await meter.aclose()

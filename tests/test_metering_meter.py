@@ -282,7 +282,7 @@ async def test_pending_usage_is_written_by_the_periodic_task() -> None:
     (batch, _prune), *_ = writes.batches
     key = UsageKey(HOUR, "team-research", "app-notebook", "qwen-local", "vllm-local",
                    "provider", False)  # fmt: skip
-    assert batch == {key: (2, 0, 20, 32)}
+    assert batch == {key: (2, 0, 20, 32, 0, 0)}  # no cached tokens, no price: cost 0
     await meter.aclose()
 
 
@@ -325,7 +325,7 @@ async def test_a_failed_write_keeps_the_batch_for_the_next_flush() -> None:
     assert len(meter.pending) == 1
     assert await meter.flush() == 1
     (batch, _), *_ = writes.batches
-    assert list(batch.values()) == [(1, 0, 12, 30)]
+    assert list(batch.values()) == [(1, 0, 12, 30, 0, 0)]
     assert list(samples(meter, "iop_usage_flush_failures_total").values()) == [1]
     await meter.aclose()
 

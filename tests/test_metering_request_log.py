@@ -183,6 +183,8 @@ def test_rows_written_in_one_statement_read_back_field_for_field() -> None:
         "ok",
         12,
         30,
+        8,
+        9_223_372_036_854_775_807,  # cost in 10^-12 units: the column holds a 64-bit figure
         True,
         True,
         1.5,
@@ -190,7 +192,7 @@ def test_rows_written_in_one_statement_read_back_field_for_field() -> None:
         2000.0,
     )
     bare = ("req-b", at + 1, "", "responses", "-", "-", "-", "-", "-", "", 429, "rate_limited",
-            0, 0, False, False, None, None, 0.5)  # fmt: skip
+            0, 0, 0, 0, False, False, None, None, 0.5)  # fmt: skip
     assert write_rows([full, bare], None) == 2
     fields = RequestLogEntry.ROW_FIELDS
     stored = {

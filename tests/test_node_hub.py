@@ -307,8 +307,10 @@ async def test_a_run_end_whose_output_passes_the_window_fails_the_run(runtime, c
     await comm.disconnect()
 
 
-@pytest.mark.parametrize(("protocol", "accepted"), [(1, True), (2, True), (3, False), (0, False)])
-async def test_a_node_of_protocol_1_or_2_registers_and_any_other_is_refused(
+@pytest.mark.parametrize(
+    ("protocol", "accepted"), [(1, True), (2, True), (3, True), (4, False), (0, False)]
+)
+async def test_a_node_of_protocol_1_to_3_registers_and_any_other_is_refused(
     runtime, protocol, accepted, caplog
 ):
     """An Edge is upgraded before its Nodes: a protocol 1 Node (no output in run_end)
@@ -319,13 +321,14 @@ async def test_a_node_of_protocol_1_or_2_registers_and_any_other_is_refused(
     assert connected
     await comm.send_to(bytes_data=wire.encode(wire.Register(node_id="node-a", protocol=protocol)))
     response = await receive(comm)
-    if accepted:
+    if accepted:  # the Edge states its own protocol to a Node that knows the field (3 on)
         assert isinstance(response, wire.RegisterResponse)
+        assert response.protocol == (wire.PROTOCOL_VERSION if protocol >= 3 else 2)
         await comm.disconnect()
     else:
         assert isinstance(response, wire.ErrorMessage) and response.code == "unsupported_protocol"
         assert response.message.startswith(
-            f"this Edge speaks wire protocol 1-2, the Node (agent unknown) protocol {protocol}: "
+            f"this Edge speaks wire protocol 1-3, the Node (agent unknown) protocol {protocol}: "
         )
         assert response.message in caplog.text
         closed = await comm.receive_output(timeout=5)

@@ -238,7 +238,10 @@ class NodeClient:
         )
 
     async def _serve(self, ws: ClientConnection) -> None:
+        edge_protocol = 1  # until its register_response says (R-HA-4)
+
         async def send(message: wire.NodeToEdge) -> None:
+            message = wire.for_edge(message, edge_protocol)
             await ws.send(wire.encode(message))  # binary: no UTF-8 check per frame
 
         await send(
@@ -263,6 +266,7 @@ class NodeClient:
         if not isinstance(first, wire.RegisterResponse):
             await ws.close(wire.CLOSE_PROTOCOL_ERROR, "expected register_response")
             return
+        edge_protocol = first.protocol
         # R-NODE-1: apply the payload and install handlers before saying ready.
         registry = self.registries.install(first.payload)
         router = self.router = Router(

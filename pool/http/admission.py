@@ -30,6 +30,7 @@ from pool.http.limits import (
     TokenLimiter,
     TokenLimits,
 )
+from pool.metering.budget_view import Counted
 
 if TYPE_CHECKING:
     from pool.http.limits_shared import SharedTicket, SharedTokenLimiter
@@ -78,8 +79,8 @@ class Admission:
         self._principals: dict[str, TokenLimits] = {}
         self._queues: dict[str, int] = {}  # principal -> max_queued (R-MGD-13)
 
-    def configure(self, snapshot: EdgeSnapshot) -> dict[str, str]:
-        """Take the snapshot's policy (live); the budgeted principals' periods, for the
+    def configure(self, snapshot: EdgeSnapshot) -> dict[str, Counted]:
+        """Take the snapshot's policy (live); how the budgeted principals count, for the
         meter's view."""
         self._principals = {
             p.id: TokenLimits(p.max_in_flight, p.rpm, p.tpm)
@@ -123,6 +124,7 @@ class Admission:
         out: Headers = []
         who = "token"
         try:
+            await self.budgets.ready(caller.principal_ref)  # a budget added live: read first
             headers = self.budgets.admit(caller.principal_ref) or []  # R-BUD-1, at admission
             for counted in arrival.counted:
                 who, quota = counted.who, None

@@ -264,6 +264,7 @@ class OpenAIApp:
             code=ex.code,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
+            cached_input_tokens=ex.usage.cached_input_tokens if ex.usage is not None else 0,
             estimated=estimated,
             duration_s=duration_s,
             stream=stream,
@@ -310,7 +311,8 @@ class OpenAIApp:
 
 
 def _usage(meta: _Meta, ex: Exchange) -> tuple[int, int, bool]:
-    """(input tokens, output tokens, estimated) of a finished request."""
+    """(input tokens, output tokens, estimated) of a finished request (its cached input
+    tokens are ``ex.usage``'s, R-COST-1: none without the upstream's usage)."""
     usage = ex.usage
     if usage is not None:
         return usage.input_tokens, usage.output_tokens, usage.estimated

@@ -111,6 +111,7 @@ class Spent:
             code=None,
             input_tokens=self.input_tokens,
             output_tokens=self.output_tokens,
+            cached_input_tokens=0,
             estimated=self.estimated,
             duration_s=0.0,
             tokens_only=True,

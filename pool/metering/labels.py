@@ -39,6 +39,7 @@ class RequestRecord:
     duration_s: float
     stream: bool
     tokens_only: bool = False  # an attempt discarded inside a request: tokens, no request
+    cached_input_tokens: int = 0  # R-COST-1: of input_tokens, read from the prompt cache
     requested_group: str = ""  # R-FALL-1: the group asked of, when a fallback group served it
     # R-OBS-1, R-OBS-3: which request, and where its time went (None: did not happen)
     request_id: str = ""
@@ -65,8 +66,8 @@ class RequestLabels(NamedTuple):
 class LabelIndex:
     """The configured ids and refs of one snapshot, for O(1) label checks."""
 
-    __slots__ = ("attribution", "codes", "group_providers", "operations", "principal_refs",
-                 "token_refs")  # fmt: skip
+    __slots__ = ("attribution", "codes", "group_providers", "operations", "prices",
+                 "principal_refs", "token_refs")  # fmt: skip
 
     def __init__(
         self,
@@ -78,6 +79,14 @@ class LabelIndex:
         self.operations, self.codes = operations, codes
         self.attribution = {mid: m.usage_attribution for mid, m in snapshot.models.items()}
         self.group_providers = {mid: frozenset(m.providers) for mid, m in snapshot.models.items()}
+        # R-COST-1: (group, provider or "-") -> (input, output, cached input) per token, in
+        # 10^-12 of the currency; the provider's price wins; an unpriced pair costs 0.
+        self.prices: dict[tuple[str, str], tuple[int, int, int]] = {}
+        for mid, m in snapshot.models.items():
+            for pid in (NO_LABEL, *m.providers):
+                price = snapshot.price(mid, None if pid == NO_LABEL else pid)
+                if price is not None:
+                    self.prices[(mid, pid)] = price.per_token_pico()
         # R-MGD-13: managed mode's route ids are its keys (route id -> principal): no token
         # is configured there, so the two never meet.
         self.token_refs = {**(routes or {})}
@@ -86,6 +95,14 @@ class LabelIndex:
         refs.update(snapshot.principals)  # R-MGD-13: a principal's entry names it
         refs.update(self.token_refs.values())
         self.principal_refs = frozenset(refs)
+
+    def cost_pico(self, lab: RequestLabels, tokens_in: int, cached: int, tokens_out: int) -> int:
+        """R-COST-2: the cost of these tokens on the labels' group and provider, in 10^-12 of
+        the currency: integers only, so exact (``cached`` is part of ``tokens_in``)."""
+        price = self.prices.get((lab.model_group, lab.provider))
+        if price is None:
+            return 0
+        return (tokens_in - cached) * price[0] + tokens_out * price[1] + cached * price[2]
 
     def known_group(self, group: str) -> bool:
         return group in self.attribution

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import sync_to_async
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from pool.metering.budget_view import BudgetView, Reader, read_in_worker
+from catalog.config.money import PICO
+from pool.metering.budget_view import BudgetView, Counted, Reader, read_in_worker
 from pool.metering.labels import (
     NO_LABEL,
     LabelIndex,
@@ -133,6 +134,7 @@ class UsageMeter:
         self._operations, self._codes = Vocabulary(MAX_OPERATIONS), Vocabulary(MAX_CODES)
         self._request_cache: dict[RequestLabels, tuple[Any, Any]] = {}
         self._token_cache: dict[tuple[RequestLabels, bool], tuple[Any, Any]] = {}
+        self._spend_cache: dict[tuple[RequestLabels, bool], Any] = {}
         self.registry = CollectorRegistry()
         self._index_for: EdgeSnapshot | None = None
         self._index: LabelIndex | None = None
@@ -186,6 +188,12 @@ class UsageMeter:
             "Actual minus estimated queue wait of requests that queued (R-QUEUE-3).",
             buckets=QUEUE_ERROR_BUCKETS, registry=reg,
         )  # fmt: skip
+        self._spend = Counter(
+            "iop_spend",
+            "Cost of the tokens metered, in metering.currency (R-COST-2): the provider's price, "
+            "else its model group's; estimated when the tokens were.",
+            ["principal", "model_group", "provider", "estimated"], registry=reg,
+        )  # fmt: skip
         self._budget_read_failures = Counter(
             "iop_budget_read_failures", "Ledger reads for budgets that failed (R-BUD-1).",
             registry=reg,
@@ -214,8 +222,11 @@ class UsageMeter:
         if snapshot is not self._index_for or routes is not self._routes_for or not self._index:
             index = LabelIndex(snapshot, self._operations, self._codes, routes)
             self._index, self._index_for, self._routes_for = index, snapshot, routes
-        lab = self._index.labels(record)
+        index = self._index
+        lab = index.labels(record)
         tokens_in, tokens_out = token_count(record.input_tokens), token_count(record.output_tokens)
+        cached = min(token_count(record.cached_input_tokens), tokens_in)
+        cost = index.cost_pico(lab, tokens_in, cached, tokens_out) if tokens_in or tokens_out else 0
         estimated = bool(record.estimated)
         counted = 0 if record.tokens_only else 1  # R-BUD-2: a discarded attempt's tokens
         if counted:
@@ -226,6 +237,8 @@ class UsageMeter:
             counted_in, counted_out = self._token_series(lab, estimated)
             counted_in.inc(tokens_in)
             counted_out.inc(tokens_out)
+        if cost:
+            self._spend_series(lab, estimated).inc(cost / PICO)
         asked = record.requested_group
         if asked:  # R-FALL-1: a configured id only, like every label
             asked = asked if self._index.known_group(asked) else NO_LABEL
@@ -234,12 +247,14 @@ class UsageMeter:
             hour_bucket(self._clock()), lab.principal_ref, lab.token_ref, lab.model_group,
             lab.attributed_to, lab.attribution, estimated, asked or NO_LABEL,
         )  # fmt: skip
-        if self.pending.add(key, Counts(counted, int(lab.failed) * counted, tokens_in, tokens_out)):
+        counts = Counts(counted, int(lab.failed) * counted, tokens_in, tokens_out, cached, cost)
+        if self.pending.add(key, counts):
             self._overflow.inc()
-        self.budgets.add(lab.principal_ref, key.bucket, tokens_in + tokens_out)
+        self.budgets.add(lab.principal_ref, key.bucket, tokens_in + tokens_out, cost)
         if counted:  # a discarded attempt is no request: no latency, no request-log row
             self.latency.observe(record, lab, tokens_out)
-            row = (self._clock(), record, lab, (tokens_in, tokens_out), key.requested_group)
+            row = (self._clock(), record, lab, (tokens_in, tokens_out, cached, cost),
+                   key.requested_group)  # fmt: skip
             if not self.requests.add(*row):
                 self._requests_dropped.inc()
         self.start()
@@ -266,6 +281,14 @@ class UsageMeter:
             series = self._token_cache[(lab, estimated)] = (
                 self._tokens.labels("in", *who),
                 self._tokens.labels("out", *who),
+            )
+        return series
+
+    def _spend_series(self, lab: RequestLabels, estimated: bool) -> Any:
+        series = self._spend_cache.get((lab, estimated))
+        if series is None:
+            series = self._spend_cache[(lab, estimated)] = self._spend.labels(
+                lab.principal_ref, lab.model_group, lab.provider, "true" if estimated else "false"
             )
         return series
 
@@ -302,9 +325,10 @@ class UsageMeter:
             await asyncio.shield(self.flush())
             await asyncio.shield(self.refresh_budgets())
 
-    def configure_budgets(self, periods: dict[str, str]) -> None:
-        """The budgeted principals of a new snapshot; a new one is read from the ledger soon."""
-        if self.budgets.configure(periods):
+    def configure_budgets(self, kinds: dict[str, Counted]) -> None:
+        """The budgeted principals of a new snapshot; a new one is read from the ledger at
+        once (its admissions wait for that read: ``BudgetView.unread``)."""
+        if self.budgets.configure(kinds):
             self.start()
             if self._wake is not None:
                 self._wake.set()
@@ -324,6 +348,7 @@ class UsageMeter:
             except Exception as exc:  # the last figures stay, this Edge's usage keeps adding
                 self._budget_read_failures.inc()
                 logger.warning("usage ledger read for budgets failed (%s)", type(exc).__name__)
+                self.budgets.read_failed(self._clock())
                 return
             self.budgets.refreshed(wanted, figures, self.pending.items())
 

@@ -6,6 +6,12 @@ from django.db import models
 
 from pool.metering.labels import NO_LABEL
 
+CACHED_HELP = "Of the input tokens, those the upstream read from its prompt cache (R-COST-1)."
+COST_HELP = (
+    "Cost in 10^-12 of metering.currency (R-COST-2): exact, summed as integers; "
+    "estimated when the row is (docs/metering.md, 'Spend')."
+)
+
 
 class UsageBucket(models.Model):
     """Requests and tokens for one hour and one (principal, token, model group, attribution) key.
@@ -31,7 +37,9 @@ class UsageBucket(models.Model):
     )
     attribution = models.CharField(max_length=20, choices=ATTRIBUTION_CHOICES, default="provider")
     estimated = models.BooleanField(
-        default=False, help_text="Token figures were estimated by the Edge, not reported upstream."
+        default=False,
+        help_text="Token figures (and so the cost) were estimated by the Edge, not reported "
+        "upstream.",
     )
     requested_group = models.CharField(
         max_length=200,
@@ -42,6 +50,8 @@ class UsageBucket(models.Model):
     errors = models.BigIntegerField(default=0)
     input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
+    cached_input_tokens = models.BigIntegerField(default=0, help_text=CACHED_HELP)
+    cost_pico = models.BigIntegerField(default=0, help_text=COST_HELP)
     updated_at = models.DateTimeField()
 
     KEY_FIELDS = (
@@ -109,7 +119,9 @@ class RequestLogEntry(models.Model):
     code = models.CharField(max_length=64, help_text="ok, or the error code.")
     input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
-    estimated = models.BooleanField(default=False)
+    cached_input_tokens = models.BigIntegerField(default=0, help_text=CACHED_HELP)
+    cost_pico = models.BigIntegerField(default=0, help_text=COST_HELP)
+    estimated = models.BooleanField(default=False, help_text="Tokens and cost were estimated.")
     stream = models.BooleanField(default=False)
     queue_wait_ms = models.FloatField(null=True, blank=True)
     ttft_ms = models.FloatField(null=True, blank=True, help_text="Streams: time to first token.")
@@ -118,7 +130,7 @@ class RequestLogEntry(models.Model):
     ROW_FIELDS = (
         "request_id", "at", "trace_id", "operation", "principal_ref", "token_ref",
         "model_group", "requested_group", "provider", "node", "status", "code", "input_tokens",
-        "output_tokens",
+        "output_tokens", "cached_input_tokens", "cost_pico",
         "estimated", "stream", "queue_wait_ms", "ttft_ms", "duration_ms",
     )  # fmt: skip
 

@@ -28,26 +28,39 @@ class UsageKey(NamedTuple):
 
 
 class Counts:
-    """Running sums for one key."""
+    """Running sums for one key; ``cost_pico`` in 10^-12 of the currency (R-COST-2)."""
 
-    __slots__ = ("errors", "input_tokens", "output_tokens", "requests")
+    __slots__ = (
+        "cached_input_tokens", "cost_pico", "errors", "input_tokens", "output_tokens", "requests",
+    )  # fmt: skip
 
     def __init__(
-        self, requests: int = 0, errors: int = 0, input_tokens: int = 0, output_tokens: int = 0
+        self,
+        requests: int = 0,
+        errors: int = 0,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cached_input_tokens: int = 0,
+        cost_pico: int = 0,
     ) -> None:
         self.requests = requests
         self.errors = errors
         self.input_tokens = input_tokens
         self.output_tokens = output_tokens
+        self.cached_input_tokens = cached_input_tokens
+        self.cost_pico = cost_pico
 
     def add(self, other: Counts) -> None:
         self.requests += other.requests
         self.errors += other.errors
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
+        self.cached_input_tokens += other.cached_input_tokens
+        self.cost_pico += other.cost_pico
 
-    def as_tuple(self) -> tuple[int, int, int, int]:
-        return (self.requests, self.errors, self.input_tokens, self.output_tokens)
+    def as_tuple(self) -> tuple[int, int, int, int, int, int]:
+        return (self.requests, self.errors, self.input_tokens, self.output_tokens,
+                self.cached_input_tokens, self.cost_pico)  # fmt: skip
 
     def __repr__(self) -> str:
         return f"Counts{self.as_tuple()}"

@@ -60,10 +60,11 @@ class PendingRequests:
         at: float,
         record: RequestRecord,
         lab: RequestLabels,
-        tokens: tuple[int, int],
+        tokens: tuple[int, int, int, int],
         requested_group: str = NO_LABEL,
     ) -> bool:
-        """Keep one finished request; False when the list was full (its oldest row is dropped
+        """Keep one finished request (``tokens``: input, output, cached input, cost in
+        10^-12 of the currency); False when the list was full (its oldest row is dropped
         to make room, R-HA-3). ``requested_group``: the group asked of when a fallback served
         it (bounded)."""
         kept = len(self._rows) < self.max_rows
@@ -73,7 +74,7 @@ class PendingRequests:
         self._rows.append((
             record.request_id[:128], at, record.trace_id[:32], lab.operation,
             lab.principal_ref, lab.token_ref, lab.model_group, requested_group, lab.provider,
-            (record.node_id or "")[:200], int(record.status), lab.code, tokens[0], tokens[1],
+            (record.node_id or "")[:200], int(record.status), lab.code, *tokens,
             bool(record.estimated), bool(record.stream), _ms(record.queue_wait_s),
             _ms(record.ttft_s), _ms(record.duration_s),
         ))  # fmt: skip

@@ -15,6 +15,8 @@ from django.db import IntegrityError, connection, transaction
 from pool.metering.models import UsageBucket
 from pool.metering.pending import Counts, UsageKey
 
+COUNTED = ("requests", "errors", "input_tokens", "output_tokens", "cached_input_tokens",
+           "cost_pico")  # fmt: skip
 _ATTEMPTS = 3
 _BATCH_SIZE = 500
 
@@ -66,12 +68,14 @@ def _upsert(batch: Mapping[UsageKey, Counts]) -> int:
         row.errors += counts.errors
         row.input_tokens += counts.input_tokens
         row.output_tokens += counts.output_tokens
+        row.cached_input_tokens += counts.cached_input_tokens
+        row.cost_pico += counts.cost_pico
         row.updated_at = now
         changed.append(row)
     if changed:
         UsageBucket.objects.bulk_update(
             changed,
-            ["requests", "errors", "input_tokens", "output_tokens", "updated_at"],
+            [*COUNTED, "updated_at"],
             batch_size=_BATCH_SIZE,
         )
     created = [
@@ -81,6 +85,8 @@ def _upsert(batch: Mapping[UsageKey, Counts]) -> int:
             errors=counts.errors,
             input_tokens=counts.input_tokens,
             output_tokens=counts.output_tokens,
+            cached_input_tokens=counts.cached_input_tokens,
+            cost_pico=counts.cost_pico,
             updated_at=now,
         )
         for key, counts in wanted.items()

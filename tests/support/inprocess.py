@@ -40,8 +40,9 @@ class RecordingMeter:
         self.estimates: list[tuple[float, float]] = []
         self.budgets = BudgetView()
 
-    def configure_budgets(self, periods: dict[str, str]) -> None:
-        self.budgets.configure(periods)
+    def configure_budgets(self, kinds: dict[str, Any]) -> None:
+        self.budgets.configure(kinds)
+        self.budgets.read_failed(time.time())  # no ledger here: what this meter counted
 
     def queue_estimate(self, estimated_s: float, actual_s: float) -> None:
         self.estimates.append((estimated_s, actual_s))
@@ -52,7 +53,7 @@ class RecordingMeter:
     def record(self, record: Any) -> None:
         self.records.append(record)
         tokens = record.input_tokens + record.output_tokens
-        self.budgets.add(record.principal_ref or "-", hour_bucket(time.time()), tokens)
+        self.budgets.add(record.principal_ref or "-", hour_bucket(time.time()), tokens, 0)
 
 
 class Runtime:

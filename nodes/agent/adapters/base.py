@@ -98,7 +98,14 @@ def parse_json_body(body: bytes) -> dict[str, Any]:
 
 
 def usage_from(obj: Any) -> Usage | None:
-    """Usage from an OpenAI (prompt/completion) or Anthropic/Responses (input/output) dict."""
+    """Usage from an OpenAI (prompt/completion) or Anthropic/Responses (input/output) dict.
+
+    ``input_tokens`` is every prompt token and ``cached_input_tokens`` the part read from the
+    upstream's prompt cache (R-COST-1): OpenAI Chat's ``prompt_tokens_details.cached_tokens``
+    and Responses' ``input_tokens_details.cached_tokens`` are already inside the prompt
+    figure; Anthropic's ``cache_read_input_tokens`` and ``cache_creation_input_tokens`` are
+    apart from its ``input_tokens``, so they are added to it (the read ones are the cached
+    ones). An upstream that reports none has 0 cached tokens."""
     if not isinstance(obj, dict):
         return None
     inp = obj.get("prompt_tokens", obj.get("input_tokens"))
@@ -106,7 +113,18 @@ def usage_from(obj: Any) -> Usage | None:
     if inp is None and out is None:
         return None
     # R-IN-6: a negative, huge or non-numeric figure counts 0 with a log line.
+    inp_n = token_figure(inp, "upstream input_tokens")
+    details = obj.get("prompt_tokens_details", obj.get("input_tokens_details"))
+    cached = 0
+    if isinstance(details, dict) and details.get("cached_tokens") is not None:
+        cached = min(token_figure(details.get("cached_tokens"), "upstream cached_tokens"), inp_n)
+    read = obj.get("cache_read_input_tokens")
+    written = obj.get("cache_creation_input_tokens")
+    if read is not None or written is not None:  # Anthropic: apart from input_tokens
+        cached = token_figure(read, "upstream cache_read_input_tokens")
+        inp_n += cached + token_figure(written, "upstream cache_creation_input_tokens")
     return Usage(
-        input_tokens=token_figure(inp, "upstream input_tokens"),
+        input_tokens=inp_n,
         output_tokens=token_figure(out, "upstream output_tokens"),
+        cached_input_tokens=cached,
     )

@@ -25,12 +25,17 @@ class UsageScanner:
         self._pending_len = 0
         self.input_tokens: int | None = None
         self.output_tokens: int | None = None
+        self.cached_input_tokens = 0  # R-COST-1: taken with the input figure
 
     @property
     def usage(self) -> Usage | None:
         if self.input_tokens is None and self.output_tokens is None:
             return None
-        return Usage(input_tokens=self.input_tokens or 0, output_tokens=self.output_tokens or 0)
+        return Usage(
+            input_tokens=self.input_tokens or 0,
+            output_tokens=self.output_tokens or 0,
+            cached_input_tokens=self.cached_input_tokens,
+        )
 
     def feed(self, text: str) -> None:
         if "\n" not in text:
@@ -82,6 +87,7 @@ class UsageScanner:
             return
         if "prompt_tokens" in raw or "input_tokens" in raw:
             self.input_tokens = found.input_tokens
+            self.cached_input_tokens = found.cached_input_tokens
         if "completion_tokens" in raw or "output_tokens" in raw:
             self.output_tokens = found.output_tokens
 
