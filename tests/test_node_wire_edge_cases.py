@@ -164,3 +164,22 @@ def test_a_node_sends_cached_input_tokens_only_to_an_edge_of_protocol_3_r_cost_1
     assert wire.decode_from_node(wire.encode(end)) == end
     ping = wire.Pong(ts=1.0)
     assert wire.for_edge(ping, 1) is ping
+
+
+def test_a_routed_runs_cached_tokens_travel_beside_its_end_message_r_cost_1() -> None:
+    """R-COST-1 across Edges: the End of a run routed through Redis carries its usage without
+    the cached figure in ``m`` (an Edge of the previous version decodes it) and the figure in
+    a field of its own, read back by this version; sane_usage bounds it by the input."""
+    from nodes.remote_wire import End, entry, read_entry
+    from nodes.tokens import sane_usage
+
+    end = End("r", True, usage=wire.Usage(input_tokens=100, output_tokens=7,
+                                          cached_input_tokens=60))  # fmt: skip
+    fields = entry(end)
+    assert b"cached" not in fields[b"m"] and fields[b"c"] == b"60"
+    assert read_entry(fields) == end
+    plain = End("r", True, usage=wire.Usage(input_tokens=1, output_tokens=2))
+    assert set(entry(plain)) == {b"m"} and read_entry(entry(plain)) == plain
+    odd = wire.Usage(input_tokens=10, output_tokens=1, cached_input_tokens=50)
+    assert sane_usage(odd, "test") == wire.Usage(input_tokens=10, output_tokens=1,
+                                                 cached_input_tokens=10)  # fmt: skip

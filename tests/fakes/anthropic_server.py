@@ -89,6 +89,7 @@ class FakeAnthropic(FakeServer):
         self.reply_text = "Claude fake says hello in pieces."
         self.input_tokens = 17
         self.output_tokens = 9
+        self.cache_read_input_tokens = 0  # R-COST-1: reported, apart from input_tokens, if set
         self.tool_input: dict[str, Any] = {"city": "Paris"}
         self.parallel_tools = 1
         self.call_tools = True  # answer a request that has tools with a call of the first
@@ -145,12 +146,12 @@ class FakeAnthropic(FakeServer):
             "content": content,
             "stop_reason": stop,
             "stop_sequence": None,
-            "usage": {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens},
+            "usage": {**self._input(), "output_tokens": self.output_tokens},
         }
         if not body.get("stream"):
             return self.reply(request, message)
         start = {**message, "content": [], "stop_reason": None}
-        start["usage"] = {"input_tokens": self.input_tokens, "output_tokens": 1}
+        start["usage"] = {**self._input(), "output_tokens": 1}
         chunks = [_sse("message_start", {"type": "message_start", "message": start})]
         chunks.append(_sse("ping", {"type": "ping"}))
         for index, block in enumerate(content):
@@ -195,6 +196,12 @@ class FakeAnthropic(FakeServer):
             *deltas,
             _sse("content_block_stop", stop),
         ]
+
+    def _input(self) -> dict[str, int]:
+        if not self.cache_read_input_tokens:
+            return {"input_tokens": self.input_tokens}
+        return {"input_tokens": self.input_tokens,
+                "cache_read_input_tokens": self.cache_read_input_tokens}  # fmt: skip
 
     async def count_tokens(self, request: web.Request) -> web.StreamResponse:
         if (refused := self._refused(request, count_only=True)) is not None:

@@ -26,6 +26,10 @@ class FakeOpenAI(FakeServer):
         self.reply_text = "Hello from the fake upstream, streaming word by word."
         self.prompt_tokens = 11
         self.completion_tokens = 7
+        # R-COST-1: of the prompt tokens, those "read from the prompt cache": reported in
+        # prompt_tokens_details / input_tokens_details (and as cache_read_input_tokens,
+        # apart from input_tokens, on /v1/messages) when not 0
+        self.cached_tokens = 0
         self.models = ["fake-model", "fake-model-large"]
         self.tool_arguments = '{"city":"Paris"}'
         self.call_tools = True  # answer a request that has tools with a call of the first
@@ -76,11 +80,13 @@ class FakeOpenAI(FakeServer):
         if self.prefix_cache is not None:
             await asyncio.sleep(self._first_byte(body, *self.prefix_cache))
         model, tool = body.get("model", "fake-model"), self._tool(body)
-        usage = {
+        usage: dict[str, Any] = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.prompt_tokens + self.completion_tokens,
         }
+        if self.cached_tokens:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
         base = {"id": "chatcmpl-fake", "created": int(time.time()), "model": model}
         if not body.get("stream"):
             message: dict[str, Any] = {"role": "assistant", "content": self.reply_text}
@@ -165,11 +171,13 @@ class FakeOpenAI(FakeServer):
         if (failed := await self.fail_if_told(request)) is not None:
             return failed
         body = current().json or {}
-        usage = {
+        usage: dict[str, Any] = {
             "input_tokens": self.prompt_tokens,
             "output_tokens": self.completion_tokens,
             "total_tokens": self.prompt_tokens + self.completion_tokens,
         }
+        if self.cached_tokens:
+            usage["input_tokens_details"] = {"cached_tokens": self.cached_tokens}
         output = [
             {
                 "type": "message",
@@ -245,7 +253,7 @@ class FakeOpenAI(FakeServer):
                     "stop_reason": "end_turn",
                     "stop_sequence": None,
                     "usage": {
-                        "input_tokens": self.prompt_tokens,
+                        **self._messages_input(),
                         "output_tokens": self.completion_tokens,
                     },
                 },
@@ -257,7 +265,7 @@ class FakeOpenAI(FakeServer):
             "model": model,
             "content": [],
             "stop_reason": None,
-            "usage": {"input_tokens": self.prompt_tokens, "output_tokens": 1},
+            "usage": {**self._messages_input(), "output_tokens": 1},
         }
         chunks = [
             _sse({"type": "message_start", "message": start}, "message_start"),
@@ -294,6 +302,13 @@ class FakeOpenAI(FakeServer):
             _sse({"type": "message_stop"}, "message_stop"),
         ]
         return await self.stream(request, chunks, "text/event-stream")
+
+    def _messages_input(self) -> dict[str, int]:
+        """Anthropic's input usage: cache reads apart from ``input_tokens``."""
+        if not self.cached_tokens:
+            return {"input_tokens": self.prompt_tokens}
+        return {"input_tokens": self.prompt_tokens - self.cached_tokens,
+                "cache_read_input_tokens": self.cached_tokens}  # fmt: skip
 
     async def count_tokens(self, request: web.Request) -> web.StreamResponse:
         if (failed := await self.fail_if_told(request)) is not None:
