@@ -108,6 +108,7 @@ class Stack:
         token_policy: dict[str, Any] | None = None,
         tokens: list[dict[str, Any]] | None = None,
         principals: list[dict[str, Any]] | None = None,
+        metering: dict[str, Any] | None = None,
         root: Path = ROOT,
         node_root: Path | None = None,
         node_python: str | None = None,
@@ -131,6 +132,7 @@ class Stack:
         self._token_policy = token_policy or {}  # more keys of the stack's own token (budget)
         self._tokens = tokens or []  # more principal_tokens entries, after the stack's own
         self._principals = principals  # the top-level ``principals:`` list (R-MGD-13)
+        self._metering = metering  # the ``metering:`` section (R-COST-1)
         # admin.token (docs/configuration.md): the control helpers below then present it.
         self.admin_token = admin_token
         if admin_token is not None:
@@ -248,6 +250,8 @@ class Stack:
             doc["credential_plane"] = self._credential_plane
         if self._principals is not None:
             doc["principals"] = self._principals
+        if self._metering is not None:
+            doc["metering"] = self._metering
         self.config_path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
     def _edge_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -495,11 +499,13 @@ class Stack:
 
         self.wait_until(idle, timeout, "an idle pool")
 
-    def ledger(self) -> list[dict[str, Any]]:
-        """Every row of the running Edge's usage ledger (its own SQLite file), as dicts."""
+    def ledger(self, table: str = "pool_usagebucket") -> list[dict[str, Any]]:
+        """Every row of the running Edge's usage ledger (its own SQLite file), as dicts; or of
+        its request log (``pool_requestlogentry``)."""
+        assert table in ("pool_usagebucket", "pool_requestlogentry"), table
         with contextlib.closing(sqlite3.connect(self.dir / "edge.sqlite3", timeout=10)) as db:
             db.row_factory = sqlite3.Row
-            return [dict(row) for row in db.execute("select * from pool_usagebucket")]
+            return [dict(row) for row in db.execute(f"select * from {table}")]
 
     def logs(self) -> str:
         parts = []
