@@ -42,3 +42,39 @@ def test_usage_on_one_edge_spends_the_budget_on_another_r_bud_1(tmp_path: Path) 
             time.sleep(0.2)
         assert body["error"]["code"] == "budget_exceeded"
         assert time.monotonic() - spent_at < TOLERANCE_S + 5
+
+
+def test_spend_on_one_edge_spends_a_budget_in_money_on_another_r_cost_3(tmp_path: Path) -> None:
+    """R-COST-3: a budget in money counts across Edges like one in tokens (the same counters,
+    the same tolerance): two requests through Edge 0 spend 0.00005 USD (11 in at 1, 7 out at
+    2 per million: 0.000025 each); Edge 0 refuses the third at once, Edge 1 within the
+    tolerance, both with the amount headers."""
+    with Cluster(
+        tmp_path,
+        database_url=DATABASE,
+        edges=2,
+        redis_url=scale_out_redis_url(),
+        models=[
+            {
+                "id": "gpt-test",
+                "providers": {"p-openai": "served-gpt"},
+                "price": {"input": 1, "output": 2},
+            }
+        ],
+        token_policy={"budget": {"amount": 0.00005, "period": "day"}},
+    ) as cluster:
+        assert cluster.chat(1, "no-such-model")[0] == 404  # Edge 1 reads the ledger from now
+        for _ in range(2):
+            status, body = cluster.chat(0)
+            assert status == 200, body
+        assert cluster.chat(0)[1]["error"]["code"] == "budget_exceeded"  # its own count
+        spent_at = time.monotonic()
+        while True:
+            status, body = cluster.chat(1, "no-such-model")
+            if status != 404:
+                break
+            assert time.monotonic() - spent_at < TOLERANCE_S + 5, (status, body)
+            time.sleep(0.2)
+        assert body["error"]["code"] == "budget_exceeded"
+        assert "0.00005 USD" in body["error"]["message"]
+        assert time.monotonic() - spent_at < TOLERANCE_S + 5
