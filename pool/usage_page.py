@@ -12,13 +12,15 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
-from django.db.models import QuerySet, Sum
+from django.db.models import Q, QuerySet, Sum
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
+from catalog.config.money import DEFAULT_CURRENCY, to_pico
 from catalog.config.periods import period_bounds
-from catalog.models import PrincipalToken
+from catalog.config.schema.openai import BudgetDoc
+from catalog.models import EdgeSettings, PrincipalToken
 from edgekit.running import running_edge
 from pool.metering import NO_LABEL
 from pool.models import UsageBucket
@@ -30,6 +32,7 @@ from pool.usage_series import (
     RANGES,
     TOP,
     WIDTH,
+    Budget,
     Row,
     build_section,
     window_for,
@@ -40,7 +43,12 @@ SECTIONS = (
     ("principal", "By principal", "principal_ref"),
     ("model_group", "By model group", "model_group"),
 )
-SUMS = {name: Sum(name) for name in ("requests", "errors", "input_tokens", "output_tokens")}
+SUMS = {
+    **{name: Sum(name) for name in ("requests", "errors", "input_tokens", "output_tokens")},
+    # R-COST-2: spend apart for rows whose tokens were estimated
+    "spend": Sum("cost_pico", filter=Q(estimated=False)),
+    "spend_estimated": Sum("cost_pico", filter=Q(estimated=True)),
+}
 # The ledger's "-" in words (docs/metering.md, "Usage charts"): a request refused before it
 # was routed (an unknown model, a refused token) has no model group; a caller without a
 # principal token has no principal. Usage folded past the memory cap lands there too.
@@ -79,43 +87,65 @@ def _rows(queryset: QuerySet, key: str) -> list[Row]:
             r["errors"] or 0,
             r["input_tokens"] or 0,
             r["output_tokens"] or 0,
+            r["spend"] or 0,
+            r["spend_estimated"] or 0,
         )
         for r in summed
     ]
 
 
-def budgets() -> dict[str, tuple[int, str]]:
-    """R-BUD-1: each budgeted principal's (tokens, period): the running Edge's, else the
-    catalog's."""
+def budgets() -> dict[str, Budget]:
+    """R-BUD-1, R-COST-3: each budgeted principal's budget (on a token or in ``principals:``):
+    the running Edge's, else the catalog's."""
     edge = running_edge()
     if edge is not None:
-        return {
-            t.principal_ref: (t.budget.tokens, t.budget.period)
-            for t in edge.snapshot.principal_tokens
-            if t.budget is not None
-        }
-    found: dict[str, tuple[int, str]] = {}
-    for ref, budget in PrincipalToken.objects.exclude(budget=None).values_list(
-        "principal_ref", "budget"
-    ):
-        if isinstance(budget, dict) and isinstance(budget.get("tokens"), int):
-            found.setdefault(ref, (budget["tokens"], str(budget.get("period"))))
+        snapshot = edge.snapshot
+        stated = [(t.principal_ref, t.budget) for t in snapshot.principal_tokens]
+        stated += [(p.id, p.budget) for p in snapshot.principals.values()]
+        return {ref: Budget(b.limit, b.period, b.in_money) for ref, b in stated if b is not None}
+    found: dict[str, Budget] = {}
+    rows = list(PrincipalToken.objects.exclude(budget=None).values_list("principal_ref", "budget"))
+    settings = EdgeSettings.objects.filter(pk=EdgeSettings.SINGLETON_PK).first()
+    for entry in (settings.other_sections.get("principals") or []) if settings else []:
+        if isinstance(entry, dict) and entry.get("budget") is not None:
+            rows.append((str(entry.get("id")), entry["budget"]))
+    for ref, raw in rows:
+        try:
+            doc = BudgetDoc.model_validate(raw)
+        except ValueError:  # the catalog is validated as a whole elsewhere
+            continue
+        limit = to_pico(doc.amount) if doc.amount is not None else int(doc.tokens or 0)
+        found.setdefault(ref, Budget(limit, doc.period, doc.amount is not None))
     return found
 
 
-def carried_into(window_start: datetime, wanted: dict[str, tuple[int, str]]) -> dict[str, int]:
-    """Tokens each budgeted principal used in its period before the window starts."""
+def currency() -> str:
+    """R-COST-1: ``metering.currency`` of the running Edge, else the catalog's."""
+    edge = running_edge()
+    if edge is not None:
+        return edge.snapshot.currency
+    settings = EdgeSettings.objects.filter(pk=EdgeSettings.SINGLETON_PK).first()
+    metering = settings.other_sections.get("metering") if settings else None
+    found = metering.get("currency") if isinstance(metering, dict) else None
+    return found if isinstance(found, str) else DEFAULT_CURRENCY
+
+
+def carried_into(window_start: datetime, wanted: dict[str, Budget]) -> dict[str, int]:
+    """Tokens (or cost) each budgeted principal used in its period before the window."""
     carried: dict[str, int] = {}
     at = int(window_start.timestamp())
-    for ref, (_, period) in wanted.items():
-        start = period_bounds(period, at)[0]
+    for ref, budget in wanted.items():
+        start = period_bounds(budget.period, at)[0]
         if start < at:
             sums = UsageBucket.objects.filter(
                 principal_ref=ref,
                 bucket_start__gte=datetime.fromtimestamp(start, tz=UTC),
                 bucket_start__lt=window_start,
             ).aggregate(**SUMS)
-            carried[ref] = (sums["input_tokens"] or 0) + (sums["output_tokens"] or 0)
+            if budget.money:
+                carried[ref] = (sums["spend"] or 0) + (sums["spend_estimated"] or 0)
+            else:
+                carried[ref] = (sums["input_tokens"] or 0) + (sums["output_tokens"] or 0)
     return carried
 
 
@@ -156,6 +186,7 @@ def usage_context(params: Any) -> dict[str, Any]:
             ),
         ],
         "x_labels": x_labels(window),
+        "currency": currency(),
         "geometry": {
             "left": LEFT,
             "top": TOP,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
+from catalog.config.money import pico_text
 from catalog.config.periods import period_bounds
 
 WIDTH, HEIGHT = 640, 150  # the plot area in SVG units, inside the margins below
@@ -25,9 +26,16 @@ RANGES: dict[str, tuple[str, timedelta, str]] = {
     "30d": ("last 30 days, daily", timedelta(days=30), "day"),
     "90d": ("last 90 days, daily", timedelta(days=90), "day"),
 }
-METRICS = ("requests", "errors", "input_tokens", "output_tokens")
-BUDGET_USED = "budget_used"  # R-BUD-1: tokens used in the budget's period up to each bucket
-PANELS = (("requests", ("requests", "errors")), ("tokens", ("input_tokens", "output_tokens")))
+# spend: the cost of rows with reported usage; spend_estimated: of rows the Edge estimated
+# (R-COST-2), both in 10^-12 of the currency (integers: exact sums)
+METRICS = ("requests", "errors", "input_tokens", "output_tokens", "spend", "spend_estimated")
+MONEY = frozenset({"spend", "spend_estimated"})
+BUDGET_USED = "budget_used"  # R-BUD-1: tokens (or cost) used in the budget's period so far
+PANELS = (
+    ("requests", ("requests", "errors")),
+    ("tokens", ("input_tokens", "output_tokens")),
+    ("spend", ("spend", "spend_estimated")),  # R-COST-2
+)
 
 
 class Row(NamedTuple):
@@ -39,6 +47,17 @@ class Row(NamedTuple):
     errors: int
     input_tokens: int
     output_tokens: int
+    spend: int = 0  # 10^-12 of the currency, rows with reported usage (R-COST-2)
+    spend_estimated: int = 0  # the same, of rows whose tokens were estimated
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A principal's budget as the chart draws it: the limit in tokens or 10^-12 units."""
+
+    limit: int
+    period: str
+    money: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +100,7 @@ class Series:
     values: tuple[int, ...]
     points: str  # SVG polyline points
     total: int
+    shown: str = ""  # the total as a person reads it (money as a decimal)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +111,8 @@ class Panel:
     y_ticks: tuple[tuple[float, str], ...]  # (y, label)
     limit: int | None = None  # R-BUD-1: the budget, drawn as a line at ``limit_y``
     limit_y: float | None = None
+    limit_shown: str = ""  # the budget as a person reads it
+    in_money: bool = False  # figures in 10^-12 of the currency (spend, a budget in money)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +147,11 @@ def short(n: int) -> str:
     return str(n)
 
 
+def money(n: int) -> str:
+    """10^-12 units as the currency's decimal, six places at most (the axis and legends)."""
+    return pico_text(n, places=6)
+
+
 def x_of(index: int, count: int) -> float:
     return LEFT + (WIDTH * index / (count - 1) if count > 1 else WIDTH / 2)
 
@@ -134,34 +161,44 @@ def y_of(value: int, top: int) -> float:
 
 
 def _panel(
-    name: str, metrics: tuple[str, ...], values: dict[str, list[int]], limit: int | None = None
+    name: str,
+    metrics: tuple[str, ...],
+    values: dict[str, list[int]],
+    limit: int | None = None,
+    in_money: bool = False,
 ) -> Panel:
     top = nice_top(max((max(values[m], default=0) for m in metrics), default=limit or 0))
     if limit is not None:
         top = nice_top(max(top, limit))
+    label = money if in_money else short
     series = []
     for metric in metrics:
         vals = values[metric]
         points = " ".join(
             f"{x_of(i, len(vals)):.1f},{y_of(v, top):.1f}" for i, v in enumerate(vals)
         )
-        series.append(Series(metric, tuple(vals), points, sum(vals)))
-    ticks = tuple((y_of(v, top), short(v)) for v in (0, top // 2, top) if v or top == 0)
+        total = sum(vals)
+        shown = money(total) if in_money else str(total)
+        series.append(Series(metric, tuple(vals), points, total, shown))
+    ticks = tuple((y_of(v, top), label(v)) for v in (0, top // 2, top) if v or top == 0)
     limit_y = None if limit is None else y_of(limit, top)
-    return Panel(name, tuple(series), top, ticks, limit, limit_y)
+    limit_shown = "" if limit is None else (money(limit) if in_money else str(limit))
+    return Panel(name, tuple(series), top, ticks, limit, limit_y, limit_shown, in_money)
 
 
 def budget_used(
-    values: dict[str, list[int]], starts: list[datetime], period: str, carried: int
+    values: dict[str, list[int]], starts: list[datetime], budget: Budget, carried: int
 ) -> list[int]:
-    """Tokens used in the budget's period up to each bucket, starting again at each period's
-    start; ``carried`` is what the period used before the window's first bucket."""
+    """Tokens (or cost, estimated included, for a budget in money: R-COST-3) used in the
+    budget's period up to each bucket, starting again at each period's start; ``carried`` is
+    what the period used before the window's first bucket."""
+    counted = ("spend", "spend_estimated") if budget.money else ("input_tokens", "output_tokens")
     used, total = [], carried
     for i, start in enumerate(starts):
         at = int(start.timestamp())
-        if i and period_bounds(period, at)[0] == at:
+        if i and period_bounds(budget.period, at)[0] == at:
             total = 0
-        total += values["input_tokens"][i] + values["output_tokens"][i]
+        total += values[counted[0]][i] + values[counted[1]][i]
         used.append(total)
     return used
 
@@ -169,12 +206,13 @@ def budget_used(
 def build_section(
     rows: Iterable[Row],
     window: Window,
-    budgets: dict[str, tuple[int, str]] | None = None,
+    budgets: dict[str, Budget] | None = None,
     carried: dict[str, int] | None = None,
     titles: Mapping[str, str] | None = None,
 ) -> Section:
-    """A chart per key (busiest first by requests, then by key), each over every bucket; a key
-    with a budget (``tokens, period``) gets a third panel: its period's usage and the budget.
+    """A chart per key (busiest first by requests, then by key), each over every bucket: its
+    requests, tokens and spend; a key with a budget gets one more panel: its period's usage
+    and the budget.
     ``titles`` names a key in words (the ledger's ``-``, docs/metering.md)."""
     starts = window.starts
     index = {start: i for i, start in enumerate(starts)}
@@ -189,12 +227,15 @@ def build_section(
     ranked = sorted(per_key.items(), key=lambda kv: (-sum(kv[1]["requests"]), kv[0]))
     charts = []
     for key, values in ranked[:MAX_CHARTS]:
-        panels = tuple(_panel(name, metrics, values) for name, metrics in PANELS)
+        panels = tuple(
+            _panel(name, metrics, values, in_money=name == "spend") for name, metrics in PANELS
+        )
         budget = (budgets or {}).get(key)
         if budget is not None:
-            limit, period = budget
-            used = budget_used(values, starts, period, (carried or {}).get(key, 0))
-            panels += (_panel("budget", (BUDGET_USED,), {BUDGET_USED: used}, limit),)
+            used = budget_used(values, starts, budget, (carried or {}).get(key, 0))
+            panels += (
+                _panel("budget", (BUDGET_USED,), {BUDGET_USED: used}, budget.limit, budget.money),
+            )
         totals = {m: sum(values[m]) for m in METRICS}
         charts.append(Chart(key, totals, panels, (titles or {}).get(key, key)))
     return Section(tuple(charts), max(0, len(ranked) - MAX_CHARTS))

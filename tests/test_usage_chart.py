@@ -58,7 +58,8 @@ def test_rows_land_in_their_bucket_and_keys_are_ranked_by_requests():
     section = build_section(rows, window)
     assert [c.key for c in section.charts] == ["team-b", "team-a"]
     team_a = section.charts[1]
-    assert team_a.totals == {"requests": 3, "errors": 0, "input_tokens": 7, "output_tokens": 3}
+    assert team_a.totals == {"requests": 3, "errors": 0, "input_tokens": 7, "output_tokens": 3,
+                             "spend": 0, "spend_estimated": 0}  # fmt: skip
     requests = team_a.panels[0].series[0]
     assert requests.metric == "requests"
     assert requests.values[-1] == 1 and requests.values[-4] == 2 and sum(requests.values) == 3
@@ -132,9 +133,19 @@ def staff(client, django_user_model):
     return client
 
 
-def ledger(hours_ago: int, principal: str, group: str, requests: int, errors: int = 0) -> None:
+def ledger(
+    hours_ago: int,
+    principal: str,
+    group: str,
+    requests: int,
+    errors: int = 0,
+    cost_pico: int = 0,
+    estimated: bool = False,
+) -> None:
     start = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=hours_ago)
     UsageBucket.objects.create(
+        cost_pico=cost_pico,
+        estimated=estimated,
         bucket_start=start,
         principal_ref=principal,
         token_ref=f"app-{principal}",
@@ -163,6 +174,8 @@ def test_the_page_draws_a_chart_per_principal_and_per_model_group(staff):
         "errors": 1,
         "input_tokens": 50,
         "output_tokens": 25,
+        "spend": 0,
+        "spend_estimated": 0,
     }
     assert {c.key: c.totals["requests"] for c in sections["model_group"].charts} == {
         "gpt": 7,
@@ -261,3 +274,49 @@ def test_a_budgeted_principal_gets_its_budget_line_r_bud_1(staff):
     filtered = staff.get(reverse("usage-chart"), {"model_group": "gpt"})
     sections = dict((key, section) for key, _, section in filtered.context["sections"])
     assert all(p.name != "budget" for c in sections["principal"].charts for p in c.panels)
+
+
+@pytest.mark.django_db
+def test_spend_is_charted_per_principal_and_group_with_estimated_spend_apart_r_cost_2(staff):
+    """R-COST-2: a spend panel per principal and per group in the currency; the cost of rows
+    whose tokens were estimated is its own (dashed) series, marked in words."""
+    ledger(0, "team-a", "gpt", 3, cost_pico=1_500_000_000_000)  # 1.5
+    ledger(1, "team-a", "glm", 1, cost_pico=250_000_000_000, estimated=True)  # 0.25 estimated
+    ledger(0, "team-b", "gpt", 1)
+    response = staff.get(reverse("usage-chart"))
+    sections = dict((key, section) for key, _, section in response.context["sections"])
+    charts = {c.key: c for c in sections["principal"].charts}
+    (spend,) = [p for p in charts["team-a"].panels if p.name == "spend"]
+    assert [(s.metric, s.total, s.shown) for s in spend.series] == [
+        ("spend", 1_500_000_000_000, "1.5"),
+        ("spend_estimated", 250_000_000_000, "0.25"),
+    ]
+    assert spend.in_money and spend.y_ticks[-1][1] == "2"  # the axis in the currency
+    groups = {c.key: c.totals for c in sections["model_group"].charts}
+    assert (groups["glm"]["spend"], groups["glm"]["spend_estimated"]) == (0, 250_000_000_000)
+    text = response.content.decode()
+    assert "spend 1.5 USD" in text and "estimated spend 0.25 USD" in text
+    assert 'class="m-spend_estimated" data-metric="spend_estimated"' in text
+
+
+@pytest.mark.django_db
+def test_a_budget_in_money_is_drawn_against_the_spend_r_cost_3(staff):
+    """R-COST-3: a principal's budget in money (``principals:``) is drawn in the currency,
+    against the cost used in its period (estimated cost included: the budget counts it)."""
+    from catalog.models import EdgeSettings
+
+    EdgeSettings.objects.create(
+        other_sections={
+            "principals": [{"id": "team-a", "budget": {"amount": 25, "period": "month"}}],
+            "metering": {"currency": "EUR"},
+        }
+    )
+    ledger(0, "team-a", "gpt", 1, cost_pico=2 * 10**12)
+    ledger(0, "team-a", "glm", 1, cost_pico=10**12, estimated=True)
+    response = staff.get(reverse("usage-chart"))
+    sections = dict((key, section) for key, _, section in response.context["sections"])
+    (chart,) = sections["principal"].charts
+    (budget,) = [p for p in chart.panels if p.name == "budget"]
+    assert (budget.limit, budget.limit_shown, budget.in_money) == (25 * 10**12, "25", True)
+    assert budget.series[0].values[-1] >= 3 * 10**12
+    assert "used in the period (budget 25 EUR)" in response.content.decode()
