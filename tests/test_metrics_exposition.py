@@ -287,7 +287,8 @@ async def test_the_grafana_dashboard_uses_only_metrics_the_edge_exposes_r_obs_3(
     runtime: EdgeRuntime,
 ) -> None:
     """R-OBS-3: docs/grafana/iop-edge.json is well-formed, and every metric its queries name
-    is in /metrics (queue depth, in flight vs capacity, TTFT, errors by code among them)."""
+    is in /metrics (queue depth, in flight vs capacity, TTFT, errors by code and spend among
+    them)."""
     dashboard = json.loads(DASHBOARD.read_text())
     exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
     named = {name for expr in exprs for name in re.findall(r"\biop_[a-z_]+", expr)}
@@ -297,7 +298,7 @@ async def test_the_grafana_dashboard_uses_only_metrics_the_edge_exposes_r_obs_3(
     bases = {next((n[: -len(s)] for s in _SUFFIXES if n.endswith(s)), n) for n in named}
     assert bases <= exposed, sorted(bases - exposed)
     for needed in ("iop_queue_depth", "iop_provider_in_flight", "iop_provider_capacity",
-                   "iop_time_to_first_token_seconds", "iop_requests"):  # fmt: skip
+                   "iop_time_to_first_token_seconds", "iop_requests", "iop_spend"):  # fmt: skip
         assert needed in bases
 
 
