@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,26 @@ from tests.support.cluster import DATABASE, Cluster, needs_postgres, scale_out_r
 pytestmark = [pytest.mark.slow, needs_postgres]
 TOLERANCE_S = 10.0  # the other Edge's flush interval plus this one's read interval
 USED = 11 + 7  # the fake upstream's usage per chat completion
+
+
+def spend_twice_on_edge_0_then_refused_on_edge_1(cluster: Cluster) -> dict[str, Any]:
+    """Two requests through Edge 0 reach the budget; Edge 0 refuses the third at once and
+    Edge 1 within the tolerance; Edge 1's refusal body."""
+    assert cluster.chat(1, "no-such-model")[0] == 404  # Edge 1 reads the ledger from now
+    for _ in range(2):
+        status, body = cluster.chat(0)
+        assert status == 200, body
+    assert cluster.chat(0)[1]["error"]["code"] == "budget_exceeded"  # its own count
+    spent_at = time.monotonic()
+    while True:
+        status, body = cluster.chat(1, "no-such-model")
+        if status != 404:
+            break
+        assert time.monotonic() - spent_at < TOLERANCE_S + 5, (status, body)
+        time.sleep(0.2)
+    assert body["error"]["code"] == "budget_exceeded"
+    assert time.monotonic() - spent_at < TOLERANCE_S + 5
+    return body
 
 
 def test_usage_on_one_edge_spends_the_budget_on_another_r_bud_1(tmp_path: Path) -> None:
@@ -28,20 +49,7 @@ def test_usage_on_one_edge_spends_the_budget_on_another_r_bud_1(tmp_path: Path) 
         redis_url=scale_out_redis_url(),
         token_policy={"budget": {"tokens": 2 * USED, "period": "day"}},
     ) as cluster:
-        assert cluster.chat(1, "no-such-model")[0] == 404  # Edge 1 reads the ledger from now
-        for _ in range(2):
-            status, body = cluster.chat(0)
-            assert status == 200, body
-        assert cluster.chat(0)[1]["error"]["code"] == "budget_exceeded"  # its own count
-        spent_at = time.monotonic()
-        while True:
-            status, body = cluster.chat(1, "no-such-model")
-            if status != 404:
-                break
-            assert time.monotonic() - spent_at < TOLERANCE_S + 5, (status, body)
-            time.sleep(0.2)
-        assert body["error"]["code"] == "budget_exceeded"
-        assert time.monotonic() - spent_at < TOLERANCE_S + 5
+        spend_twice_on_edge_0_then_refused_on_edge_1(cluster)
 
 
 def test_spend_on_one_edge_spends_a_budget_in_money_on_another_r_cost_3(tmp_path: Path) -> None:
@@ -63,18 +71,5 @@ def test_spend_on_one_edge_spends_a_budget_in_money_on_another_r_cost_3(tmp_path
         ],
         token_policy={"budget": {"amount": 0.00005, "period": "day"}},
     ) as cluster:
-        assert cluster.chat(1, "no-such-model")[0] == 404  # Edge 1 reads the ledger from now
-        for _ in range(2):
-            status, body = cluster.chat(0)
-            assert status == 200, body
-        assert cluster.chat(0)[1]["error"]["code"] == "budget_exceeded"  # its own count
-        spent_at = time.monotonic()
-        while True:
-            status, body = cluster.chat(1, "no-such-model")
-            if status != 404:
-                break
-            assert time.monotonic() - spent_at < TOLERANCE_S + 5, (status, body)
-            time.sleep(0.2)
-        assert body["error"]["code"] == "budget_exceeded"
+        body = spend_twice_on_edge_0_then_refused_on_edge_1(cluster)
         assert "0.00005 USD" in body["error"]["message"]
-        assert time.monotonic() - spent_at < TOLERANCE_S + 5
