@@ -163,6 +163,7 @@ def measure(
         "noise_pct": round(100 * (1 - medians["control"] / medians["plain"]), 2),
         "check_us": round(check_cost_us(), 3),
         "budget_us": round(budget_cost_us(), 3),
+        "money_budget_us": round(budget_cost_us(money=True), 3),
         "load_before": [round(v, 2) for v in load_before],
         "load_after": [round(v, 2) for v in os.getloadavg()],
     }
@@ -229,24 +230,27 @@ def shared_cost(redis_url: str, requests: int = 2000) -> dict[str, float]:
     return asyncio.run(run())
 
 
-def budget_cost_us(iterations: int = 200_000) -> float:
+def budget_cost_us(iterations: int = 200_000, money: bool = False) -> float:
     """In-process cost of one budgeted request's own work: the admission check with its
-    headers and the meter's add (microseconds); against the same loop with no budget."""
-    from pool.http.budgets import Budgets
-    from pool.metering.budget_view import BudgetView
+    headers and the meter's add (microseconds); against the same loop with no budget.
+    ``money``: a budget in money (R-COST-3), its headers in the currency."""
+    from pool.http.budgets import BudgetLimit, Budgets
+    from pool.metering.budget_view import BudgetView, Counted
 
-    def loop(periods: dict[str, str], limits: dict[str, int]) -> float:
+    def loop(kinds: dict[str, Counted], limits: dict[str, BudgetLimit]) -> float:
         view = BudgetView()
-        view.configure(periods)
+        view.configure(kinds)
         budgets = Budgets(view)
         budgets._limits = limits  # the snapshot's, without building one
         started = time.perf_counter()
         for _ in range(iterations):
             budgets.admit("bench-budgeted")
-            view.add("bench-budgeted", 0, 30)
+            view.add("bench-budgeted", 0, 30, 4_500_000)
         return (time.perf_counter() - started) * 1e6 / iterations
 
-    return loop({"bench-budgeted": "month"}, {"bench-budgeted": 10**15}) - loop({}, {})
+    limit = BudgetLimit.of(10**15, money, "USD")
+    budgeted = loop({"bench-budgeted": Counted("month", money)}, {"bench-budgeted": limit})
+    return budgeted - loop({}, {})
 
 
 def render(result: dict[str, Any]) -> str:
@@ -270,7 +274,8 @@ def render(result: dict[str, Any]) -> str:
             f"{result['errors']}; load average {result['load_before']} -> "
             f"{result['load_after']}",
             f"  in process: {result['check_us']:.2f} us per request for admit + headers + finish; "
-            f"a budget adds {result['budget_us']:.2f} us (check, headers, count)",
+            f"a budget adds {result['budget_us']:.2f} us (check, headers, count), one in money "
+            f"{result.get('money_budget_us', 0.0):.2f} us",
         ]
     )
 

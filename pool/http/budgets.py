@@ -36,7 +36,7 @@ READ_WAIT_S = 5.0  # a new budget's first ledger read: at most this long (then w
 
 
 @dataclass(frozen=True, slots=True)
-class _Limit:
+class BudgetLimit:
     """One principal's budget as admission reads it: the figure, its fixed headers, the name
     of the remaining header and the limit in words (for the refusal)."""
 
@@ -47,7 +47,7 @@ class _Limit:
     described: str
 
     @classmethod
-    def of(cls, limit: int, money: bool, currency: str) -> _Limit:
+    def of(cls, limit: int, money: bool, currency: str) -> BudgetLimit:
         if money:  # R-COST-3: in 10^-12 units of the currency, shown as a decimal
             shown = pico_text(limit)
             fixed = [(b"x-budget-limit-amount", shown.encode()),
@@ -67,19 +67,19 @@ class Budgets:
         self._view = view
         self._clock = clock
         # principal_ref -> its limit (tokens or 10^-12 units), built once per snapshot
-        self._limits: dict[str, _Limit] = {}
+        self._limits: dict[str, BudgetLimit] = {}
         self._resets: dict[int, bytes] = {}  # a period's end -> its x-budget-reset value
 
     def limits_of(self, snapshot: EdgeSnapshot) -> dict[str, Counted]:
         """Take the snapshot's budgets (live); how each principal's counts, for the view."""
         kinds: dict[str, Counted] = {}
-        limits: dict[str, _Limit] = {}
+        limits: dict[str, BudgetLimit] = {}
         budgets = [(t.principal_ref, t.budget) for t in snapshot.principal_tokens]
         budgets += [(p.id, p.budget) for p in snapshot.principals.values()]  # R-MGD-13
         for principal_ref, budget in budgets:
             if budget is None:
                 continue
-            limits[principal_ref] = _Limit.of(budget.limit, budget.in_money, snapshot.currency)
+            limits[principal_ref] = BudgetLimit.of(budget.limit, budget.in_money, snapshot.currency)
             kinds[principal_ref] = Counted(budget.period, budget.in_money)
         self._limits = limits
         return kinds
