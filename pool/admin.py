@@ -7,7 +7,14 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
+from catalog.config.money import pico_text
 from pool.models import RequestLogEntry, UsageBucket
+
+
+@admin.display(description="cost", ordering="cost_pico")
+def cost(row: UsageBucket | RequestLogEntry) -> str:
+    """R-COST-2: the row's cost in metering.currency, exact (``*`` when it was estimated)."""
+    return pico_text(row.cost_pico) + (" *" if row.estimated else "")
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -38,6 +45,8 @@ class UsageBucketAdmin(ReadOnlyAdmin):
         "errors",
         "input_tokens",
         "output_tokens",
+        "cached_input_tokens",
+        cost,
     )
     list_filter = (
         "model_group",
@@ -71,6 +80,8 @@ class RequestLogEntryAdmin(ReadOnlyAdmin):
         "code",
         "input_tokens",
         "output_tokens",
+        "cached_input_tokens",
+        cost,
         "queue_wait_ms",
         "ttft_ms",
         "duration_ms",

@@ -217,3 +217,16 @@ def test_concurrent_writers_of_the_same_new_keys_count_every_request() -> None:
     assert failures == []
     totals = list(UsageBucket.objects.values_list("requests", "input_tokens", "output_tokens"))
     assert sorted(totals) == [(writers, 2 * writers, 3 * writers)] * hours
+
+
+@pytest.mark.django_db
+def test_cached_tokens_and_cost_are_summed_exactly_and_shown_r_cost_2(admin_client) -> None:
+    """R-COST-2: the ledger adds cached input tokens and cost (10^-12 units, 64-bit) like
+    the other figures; the admin shows the cost as an exact decimal, starred if estimated."""
+    ledger.write_batch({key(): Counts(1, 0, 1000, 100, 400, 180_000_000)})
+    ledger.write_batch({key(): Counts(1, 0, 1000, 100, 400, 180_000_000),
+                        key(estimated=True): Counts(1, 0, 10, 0, 0, 1)})  # fmt: skip
+    row = UsageBucket.objects.get(estimated=False)
+    assert (row.cached_input_tokens, row.cost_pico) == (800, 360_000_000)
+    html = admin_client.get(reverse("admin:pool_usagebucket_changelist")).content.decode()
+    assert "0.00036<" in html and "0.000000000001 *<" in html
