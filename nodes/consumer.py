@@ -87,7 +87,12 @@ class NodeConsumer(AsyncConsumer):
             )
             await self.send({"type": "websocket.close"})  # before accept: HTTP 403
             return
-        await self.send({"type": "websocket.accept"})
+        # R-HA-4: a Node that offers this protocol's subprotocol is told this Edge speaks it
+        offered = wire.WIRE_SUBPROTOCOL in self.scope.get("subprotocols", ())
+        accept = {"type": "websocket.accept"}
+        if offered:
+            accept["subprotocol"] = wire.WIRE_SUBPROTOCOL
+        await self.send(accept)
         self.session = await self.hub.connect(node_id, _Transport(self))
 
 

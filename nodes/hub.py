@@ -246,14 +246,16 @@ class NodeHub:
             return
         payload = compile_payload(self._snapshot(), session.node_id)
         session.revision = payload.revision
-        response = wire.RegisterResponse(
-            generation=session.generation,
-            payload=payload,
-            heartbeat_interval_s=self.heartbeat_interval_s,
-            heartbeat_timeout_s=self.heartbeat_timeout_s,
-            protocol=wire.PROTOCOL_VERSION,
+        await session.transport.send(
+            wire.encode(
+                wire.RegisterResponse(
+                    generation=session.generation,
+                    payload=payload,
+                    heartbeat_interval_s=self.heartbeat_interval_s,
+                    heartbeat_timeout_s=self.heartbeat_timeout_s,
+                )
+            )
         )
-        await session.transport.send(wire.encode(wire.for_protocol(response, session.protocol)))
 
     async def _on_ready(self, session: NodeSession, message: wire.Ready) -> None:
         if (

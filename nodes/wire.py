@@ -14,9 +14,12 @@ import msgspec
 
 # 2: a run_end may carry the run's last output (``RunEnd.data``). An Edge still accepts a
 # protocol 1 Node (it never sends that field), so Edges are upgraded before their Nodes.
-# 3: the Edge states its protocol in register_response, and a run's usage may carry cached
-# input tokens (``Usage.cached_input_tokens``, R-COST-1), sent only to an Edge of 3.
+# 3: a run's usage may carry cached input tokens (``Usage.cached_input_tokens``, R-COST-1).
+# The Edge declares 3 in the websocket handshake (``WIRE_SUBPROTOCOL``, offered by the Node and
+# chosen by an Edge that speaks it); a Node registers 3 only then, else 2 and sends no field
+# of 3 (``for_edge``): a Node and an Edge of adjacent versions work in both directions.
 PROTOCOL_VERSION = 3
+WIRE_SUBPROTOCOL = "iop-wire.3"
 ACCEPTED_PROTOCOLS = frozenset({1, 2, PROTOCOL_VERSION})
 # Versions meet at register (R-HA-4; docs/architecture.md): which optional field of which
 # message came in which protocol version. A peer is sent a field only when the protocol it
@@ -24,7 +27,6 @@ ACCEPTED_PROTOCOLS = frozenset({1, 2, PROTOCOL_VERSION})
 # field it would refuse (every message forbids unknown fields). request_id and traceparent
 # came late in protocol 1: a protocol 1 Node may not know them, so they count as 2's.
 FIELDS_SINCE: dict[str, dict[str, int]] = {
-    "register_response": {"protocol": 3},
     "run_end": {"data": 2},
     "run_request": {"request_id": 2, "traceparent": 2},
     "tunnel_request": {"request_id": 2, "traceparent": 2},
@@ -105,7 +107,7 @@ class NodePayload(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True
 class Usage(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """A run's tokens. ``input_tokens`` counts every prompt token; ``cached_input_tokens``
     is the part of them the upstream read from its prompt cache (R-COST-1; protocol 3, so
-    a Node sends it only to an Edge of 3: ``for_edge``)."""
+    a Node sends it only to an Edge that chose ``WIRE_SUBPROTOCOL``: ``for_edge``)."""
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -225,14 +227,10 @@ class Pong(_Msg, tag="pong"):
 
 
 class RegisterResponse(_Msg, tag="register_response"):
-    """``protocol``: the Edge's (3 on); an Edge that omits it speaks 2 or less, and is sent
-    no field of 3 (``for_edge``)."""
-
     generation: int
     payload: NodePayload
     heartbeat_interval_s: float = 15.0
     heartbeat_timeout_s: float = 45.0
-    protocol: int = 2
 
 
 class RunBodyPart(_Msg, tag="run_body_part"):
@@ -338,6 +336,12 @@ def for_protocol(message: _M, protocol: int) -> _M:
         return message
     defaults = {f.name: f.default for f in msgspec.structs.fields(message) if f.name in drop}
     return msgspec.structs.replace(message, **defaults)
+
+
+def edge_protocol(subprotocol: str | None) -> int:
+    """The protocol a Node registers with and speaks to an Edge: 3 when the Edge chose
+    ``WIRE_SUBPROTOCOL`` in the handshake, else 2 (what every Edge of 2 accepts)."""
+    return PROTOCOL_VERSION if subprotocol == WIRE_SUBPROTOCOL else 2
 
 
 def for_edge(message: _M, protocol: int) -> _M:

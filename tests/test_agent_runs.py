@@ -87,6 +87,32 @@ async def test_stream_run_relays_upstream_text_and_ends_with_usage(edge, good, t
         ]
 
 
+@pytest.mark.parametrize("protocol", [3, 2])
+async def test_cached_input_tokens_reach_only_an_edge_that_chose_protocol_3_r_cost_1(
+    good, tmp_path, protocol
+):
+    """R-COST-1, R-HA-4: the upstream reports 6 of its 11 prompt tokens cached; an Edge that
+    chose the wire subprotocol (3) gets them in the run's usage, one of 2 (it would refuse the
+    field) gets the usage without them, and the Node registered with the Edge's protocol."""
+    good.cached_tokens = 6
+    async with (
+        FakeEdge(node_payload(openai_provider(good.url, pid="good")), protocol=protocol) as fake,
+        running_node(fake, tmp_path),
+    ):
+        conn = await fake.next_connection()
+        assert isinstance(conn.received[0], wire.Register)
+        assert conn.received[0].protocol == protocol
+        for run_id, stream in (("s", True), ("n", False)):
+            body = chat_body(stream=stream, stream_options={"include_usage": True})
+            await conn.tunnel(run_id, "good", "chat_completions", body, stream=stream)
+            (end,) = (await conn.wait_end(run_id)).ends
+            assert end.usage == wire.Usage(
+                input_tokens=good.prompt_tokens,
+                output_tokens=good.completion_tokens,
+                cached_input_tokens=6 if protocol == 3 else 0,
+            ), run_id
+
+
 async def test_runs_are_concurrent(edge, good, tmp_path):
     good.faults.hold_mid_stream = hold = asyncio.Event()
     async with running_node(edge, tmp_path):

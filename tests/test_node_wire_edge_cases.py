@@ -142,8 +142,7 @@ def test_every_field_of_the_version_table_is_an_optional_field_of_its_message_r_
     one it can be left without), for versions up to this one."""
 
     tags = {str(t.__struct_config__.tag): t for t in (wire.RunEnd, wire.RunRequest,
-                                                       wire.TunnelRequest,
-                                                       wire.RegisterResponse)}  # fmt: skip
+                                                       wire.TunnelRequest)}  # fmt: skip
     for tag, fields in wire.FIELDS_SINCE.items():
         info = {f.name: f for f in msgspec.structs.fields(tags[tag])}
         for name, since in fields.items():
@@ -155,7 +154,10 @@ def test_every_field_of_the_version_table_is_an_optional_field_of_its_message_r_
 
 def test_a_node_sends_cached_input_tokens_only_to_an_edge_of_protocol_3_r_cost_1() -> None:
     """R-COST-1, R-HA-4: an Edge before 3 refuses unknown fields, so a Node's usage reaches
-    it without ``cached_input_tokens`` (its other figures unchanged); an Edge of 3 gets all."""
+    it without ``cached_input_tokens`` (its other figures unchanged); an Edge of 3 gets all.
+    An Edge is of 3 when it chose the wire subprotocol in the handshake."""
+    assert wire.edge_protocol(wire.WIRE_SUBPROTOCOL) == 3
+    assert wire.edge_protocol(None) == 2
     usage = wire.Usage(input_tokens=100, output_tokens=7, cached_input_tokens=60)
     end = wire.RunEnd(run_id="r", ok=True, usage=usage)
     older = msgspec.json.decode(wire.encode(wire.for_edge(end, 2)))

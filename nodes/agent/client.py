@@ -24,6 +24,7 @@ from websockets.exceptions import (
     InvalidMessage,
     InvalidStatus,
 )
+from websockets.typing import Subprotocol
 
 from nodes import wire
 from nodes.agent import __version__
@@ -184,6 +185,7 @@ class NodeClient:
                     "X-IOP-Node-Id": self.config.node_id,
                 },
                 user_agent_header=f"iop-node/{__version__}",
+                subprotocols=[Subprotocol(wire.WIRE_SUBPROTOCOL)],  # R-HA-4: chosen by an Edge of 3
                 proxy=None,
                 compression=None,
                 max_size=wire.MAX_MESSAGE_BYTES,
@@ -238,7 +240,8 @@ class NodeClient:
         )
 
     async def _serve(self, ws: ClientConnection) -> None:
-        edge_protocol = 1  # until its register_response says (R-HA-4)
+        # R-HA-4: the protocol the Edge chose in the handshake (an Edge of 2 chose none)
+        edge_protocol = wire.edge_protocol(ws.subprotocol)
 
         async def send(message: wire.NodeToEdge) -> None:
             message = wire.for_edge(message, edge_protocol)
@@ -247,7 +250,7 @@ class NodeClient:
         await send(
             wire.Register(
                 node_id=self.config.node_id,
-                protocol=wire.PROTOCOL_VERSION,
+                protocol=edge_protocol,
                 agent_version=__version__,
             )
         )
@@ -266,7 +269,6 @@ class NodeClient:
         if not isinstance(first, wire.RegisterResponse):
             await ws.close(wire.CLOSE_PROTOCOL_ERROR, "expected register_response")
             return
-        edge_protocol = first.protocol
         # R-NODE-1: apply the payload and install handlers before saying ready.
         registry = self.registries.install(first.payload)
         router = self.router = Router(

@@ -15,6 +15,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
+from websockets.typing import Subprotocol
 
 from nodes import wire
 
@@ -129,8 +130,11 @@ class FakeEdge:
         heartbeat_timeout_s: float = 45.0,
         answer_pings: bool = True,
         ssl_context: ssl.SSLContext | None = None,
+        protocol: int = wire.PROTOCOL_VERSION,
     ) -> None:
         self.payload = payload
+        # R-HA-4: an Edge of 3 chooses the wire subprotocol the Node offers; one of 2 does not
+        self.protocol = protocol
         self.node_id = node_id
         self.token = token
         self.heartbeat_interval_s = heartbeat_interval_s
@@ -161,6 +165,7 @@ class FakeEdge:
             ping_interval=None,
             logger=_quiet,  # the server's DEBUG header dump would show the node token
             ssl=self.ssl_context,
+            subprotocols=[Subprotocol(wire.WIRE_SUBPROTOCOL)] if self.protocol >= 3 else None,
         )
         self.port = next(iter(self._server.sockets)).getsockname()[1]
         return self
