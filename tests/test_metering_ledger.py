@@ -230,3 +230,13 @@ def test_cached_tokens_and_cost_are_summed_exactly_and_shown_r_cost_2(admin_clie
     assert (row.cached_input_tokens, row.cost_pico) == (800, 360_000_000)
     html = admin_client.get(reverse("admin:pool_usagebucket_changelist")).content.decode()
     assert "0.00036<" in html and "0.000000000001 *<" in html
+
+
+@pytest.mark.django_db
+def test_a_cost_past_64_bits_is_saturated_not_a_failed_batch_r_in_6() -> None:
+    """R-IN-6: the largest token figures at the largest price cost more than a 64-bit column
+    holds; the row keeps the column's maximum and the batch is written."""
+    huge = 999_999_999_999 * 10**12  # tokens * the largest price per token, in 10^-12 units
+    assert ledger.write_batch({key(): Counts(1, 0, 999_999_999_999, 0, 0, huge)}) == 1
+    assert ledger.write_batch({key(): Counts(1, 0, 1, 0, 0, huge)}) == 1
+    assert UsageBucket.objects.get().cost_pico == 2**63 - 1

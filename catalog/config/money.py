@@ -19,6 +19,7 @@ PICO = 10**12  # ledger and budget figures are integers in 10^-12 of metering.cu
 PER_MILLION = 10**6
 MAX_PRICE = Decimal(10**6)  # per million tokens
 MAX_AMOUNT = Decimal(10**9)  # a budget per period
+MAX_PICO = 2**63 - 1  # a 64-bit column: a figure past it is stored as this (saturated)
 DEFAULT_CURRENCY = "USD"
 CURRENCY_PATTERN = r"[A-Z]{3}"  # ISO 4217-like: three uppercase letters
 _NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import sync_to_async
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from catalog.config.money import PICO
+from catalog.config.money import MAX_PICO, PICO
 from pool.metering.budget_view import BudgetView, Counted, Reader, read_in_worker
 from pool.metering.labels import (
     NO_LABEL,
@@ -227,6 +227,7 @@ class UsageMeter:
         tokens_in, tokens_out = token_count(record.input_tokens), token_count(record.output_tokens)
         cached = min(token_count(record.cached_input_tokens), tokens_in)
         cost = index.cost_pico(lab, tokens_in, cached, tokens_out) if tokens_in or tokens_out else 0
+        cost = min(cost, MAX_PICO)  # R-IN-6: absurd figures never fail a ledger write
         estimated = bool(record.estimated)
         counted = 0 if record.tokens_only else 1  # R-BUD-2: a discarded attempt's tokens
         if counted:

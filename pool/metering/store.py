@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from django.db import IntegrityError, connection, transaction
 
+from catalog.config.money import MAX_PICO
 from pool.metering.models import UsageBucket
 from pool.metering.pending import Counts, UsageKey
 
@@ -69,7 +70,7 @@ def _upsert(batch: Mapping[UsageKey, Counts]) -> int:
         row.input_tokens += counts.input_tokens
         row.output_tokens += counts.output_tokens
         row.cached_input_tokens += counts.cached_input_tokens
-        row.cost_pico += counts.cost_pico
+        row.cost_pico = min(row.cost_pico + counts.cost_pico, MAX_PICO)  # saturated, R-IN-6
         row.updated_at = now
         changed.append(row)
     if changed:
@@ -86,7 +87,7 @@ def _upsert(batch: Mapping[UsageKey, Counts]) -> int:
             input_tokens=counts.input_tokens,
             output_tokens=counts.output_tokens,
             cached_input_tokens=counts.cached_input_tokens,
-            cost_pico=counts.cost_pico,
+            cost_pico=min(counts.cost_pico, MAX_PICO),
             updated_at=now,
         )
         for key, counts in wanted.items()
