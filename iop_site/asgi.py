@@ -84,25 +84,24 @@ def build_application(runtime: EdgeRuntime | None) -> ASGIApp:
         snapshot.openai_listen.port: "openai",
     }
 
-    async def application(scope: Scope, receive: Any, send: Any) -> None:
+    def application(scope: Scope, receive: Any, send: Any) -> Awaitable[None]:
+        """The app this connection's port serves, called at once: a plain function, so no
+        frame of its own stays under every held stream (docs/performance-history.md)."""
         kind = scope["type"]
         if kind == "lifespan":
-            await _lifespan(receive, send)
-            return
+            return _lifespan(receive, send)
         server = scope.get("server") or (None, None)
         role = roles.get(server[1])
         path = scope.get("path", "")
         if role == "openai" and kind == "http":
             if path.startswith("/v1/") or path in ("/metrics", "/healthz"):
-                await openai_app(scope, receive, send)
-            else:
-                await site(scope, receive, send)
-        elif role == "edge" and kind == "websocket" and path == "/ws/node":
-            await node_ws(scope, receive, send)
-        elif role == "control" and kind == "http":
-            await control_app(scope, receive, send)
-        else:
-            await not_found(scope, receive, send)
+                return openai_app(scope, receive, send)
+            return site(scope, receive, send)  # type: ignore[no-any-return]
+        if role == "edge" and kind == "websocket" and path == "/ws/node":
+            return node_ws(scope, receive, send)  # type: ignore[no-any-return]
+        if role == "control" and kind == "http":
+            return control_app(scope, receive, send)
+        return not_found(scope, receive, send)
 
     return application
 

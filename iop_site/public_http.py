@@ -40,6 +40,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from edgekit.http import LINGER_S, closing_answer, header
+from iop_site.public_memory import ASGI_INFO, Pipeline, SparseEvent
 from obskit.context import request_id_from
 from pool.http.errors import HttpError, error_json, request_too_large
 from pool.http.relay import CLIENT_GONE, WRITE_FLOW
@@ -93,16 +94,17 @@ class _GoneWatch:
 
     __slots__ = ("_callback", "_watches")
 
-    def __init__(self, watches: set[_GoneWatch]) -> None:
+    def __init__(self, watches: list[_GoneWatch]) -> None:
         self._watches = watches
         self._callback: Callable[[], None] | None = None
 
     def __call__(self, callback: Callable[[], None] | None) -> None:
         self._callback = callback
         if callback is None:
-            self._watches.discard(self)
-        else:
-            self._watches.add(self)
+            if self in self._watches:
+                self._watches.remove(self)
+        elif self not in self._watches:
+            self._watches.append(self)
 
     def fire(self) -> None:
         callback, self._callback = self._callback, None
@@ -124,12 +126,18 @@ class GuardedProtocol(HttpToolsProtocol):  # type: ignore[misc]
         self._body_bytes = 0
         self._body_timer: asyncio.TimerHandle | None = None
         self._body_seen = 0.0
-        self._watches: set[_GoneWatch] = set()  # requests whose app waits to hear of a loss
+        self._watches: list[_GoneWatch] = []  # requests whose app waits to hear of a loss
+        self._flow_watch: FlowWatch | None = None
+        self.pipeline = Pipeline()  # uvicorn's deque, smaller (iop_site.public_memory)
 
     # --- connection ----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        writable = SparseEvent()  # set, as uvicorn's FlowControl starts
+        writable.set()
+        self.flow._is_writable_event = writable
+        self._flow_watch = FlowWatch(self.flow)
         self._arm(self.guard.header_timeout_s)
 
     def data_received(self, data: bytes) -> None:
@@ -164,7 +172,7 @@ class GuardedProtocol(HttpToolsProtocol):  # type: ignore[misc]
         self._client_gone()
 
     def _client_gone(self) -> None:
-        watches, self._watches = self._watches, set()
+        watches, self._watches = self._watches, []
         for watch in watches:
             watch.fire()
 
@@ -172,6 +180,7 @@ class GuardedProtocol(HttpToolsProtocol):  # type: ignore[misc]
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self.scope["asgi"] = ASGI_INFO  # one dict for every request, not one each
         self._head_bytes = self._head_fields = self._body_bytes = 0
         if self._deadline is None:
             self._arm(self.guard.header_timeout_s)  # the first byte of a next request
@@ -204,8 +213,12 @@ class GuardedProtocol(HttpToolsProtocol):  # type: ignore[misc]
             self._refuse_body()  # R-IN-1: from the declared length, before any body byte
             return
         gone = _GoneWatch(self._watches)
-        self.scope["extensions"] = {WRITE_FLOW: FlowWatch(self.flow), CLIENT_GONE: gone}
+        self.scope["extensions"] = {WRITE_FLOW: self._flow_watch, CLIENT_GONE: gone}
+        previous = self.cycle
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not previous and cycle is not None:  # its task has not run yet
+            cycle.message_event = SparseEvent()
 
     def on_body(self, body: bytes) -> None:
         if self._refused:
@@ -349,6 +362,7 @@ class PublicServer:
         assert self._sock is not None, "bind() first"
         config = Config(
             app,
+            interface="asgi3",  # the router is a plain function returning the app's coroutine
             lifespan="off",
             ws="none",
             proxy_headers=False,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -52,6 +52,10 @@ class RunChannel:
     that took them). Released characters go back to the Node as credit in batches of a
     quarter window; a Node that sends past its window is refused (``feed`` returns False),
     so the queue is bounded.
+
+    Held streams keep little: the queue is made on an item's arrival and dropped once read
+    (an empty ``deque`` already holds a 64-slot block), and a reader waits on a bare future
+    (``wait``), not a coroutine (docs/performance-history.md, "Open streams").
     """
 
     __slots__ = ("_grant", "_items", "_taken", "_unreturned", "_waiter", "end", "held",
@@ -70,8 +74,8 @@ class RunChannel:
         self.node_id = node_id
         self.request_id = request_id  # R-OBS-1: lines logged outside the request's task
         self.end: wire.RunEnd | None = None
-        # What is received and not yet read; one reader (its request) waits on ``_waiter``.
-        self._items: deque[str | wire.RunEnd] = deque()
+        # What is received and not yet read (None: nothing); one reader waits on ``_waiter``.
+        self._items: deque[str | wire.RunEnd] | None = None
         self._waiter: asyncio.Future[None] | None = None
         self.window = window
         self._grant = grant
@@ -94,10 +98,15 @@ class RunChannel:
         return True
 
     def _put(self, item: str | wire.RunEnd) -> None:
-        self._items.append(item)
+        items = self._items
+        if items is None:
+            items = self._items = deque()
+        items.append(item)
         waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     def hold(self) -> None:
         """What was taken is written but its client has not read it yet."""
@@ -136,18 +145,31 @@ class RunChannel:
         )
 
     async def get(self) -> str | wire.RunEnd:
-        while not self._items:
-            if self._waiter is not None:
-                raise RuntimeError(f"run {self.run_id} already has a reader")
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        return self._took(self._items.popleft())
+        while (item := self.get_nowait()) is None:
+            await self.wait()
+        return item
+
+    def wait(self) -> Awaitable[None]:
+        """Done once an item is queued (at once when one is): for a reader that takes items
+        with ``get_nowait``, without a coroutine of its own while it waits."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            raise RuntimeError(f"run {self.run_id} already has a reader")
+        waiter = asyncio.get_running_loop().create_future()
+        if self._items:
+            waiter.set_result(None)
+        else:
+            self._waiter = waiter
+        return waiter
 
     def get_nowait(self) -> str | wire.RunEnd | None:
-        return self._took(self._items.popleft()) if self._items else None
+        items = self._items
+        if not items:
+            return None
+        item = items.popleft()
+        if not items:
+            self._items = None
+        return self._took(item)
 
     def _took(self, item: str | wire.RunEnd) -> str | wire.RunEnd:
         if isinstance(item, str):
@@ -166,7 +188,9 @@ class RunOutput(Protocol):
 
     def get_nowait(self) -> str | wire.RunEnd | None: ...
 
-    async def get(self) -> str | wire.RunEnd: ...
+    def wait(self) -> Awaitable[object]:
+        """Done when ``get_nowait`` may have an item (or, for a filter, work to do)."""
+        ...
 
     def hold(self) -> None: ...
 
@@ -201,9 +225,12 @@ class FilteredRun:
         return self._out.popleft()
 
     async def get(self) -> str | wire.RunEnd:
-        while not self._out:
-            self._take(await self._src.get())
-        return self._out.popleft()
+        while (item := self.get_nowait()) is None:
+            await self.wait()
+        return item
+
+    def wait(self) -> Awaitable[object]:
+        return self._src.wait()
 
     def hold(self) -> None:
         self._src.hold()

@@ -15,6 +15,7 @@ from uvicorn.config import Config
 from uvicorn.server import ServerState
 
 from iop_site.public_http import MAX_HEADERS, FlowWatch, Guard, GuardedProtocol
+from iop_site.public_memory import Pipeline, SparseEvent
 from pool.http.relay import CLIENT_GONE, WRITE_FLOW
 
 LIMIT = 1024
@@ -408,3 +409,42 @@ async def test_a_pipelined_requests_headers_keep_the_running_requests_watch() ->
     protocol.connection_lost(None)
     assert app.gone == ["/v1/models"]  # the second has not started: nothing registered yet
     app.release.set()
+
+
+async def test_pipelined_requests_are_answered_in_order_on_the_small_queue() -> None:
+    """uvicorn's queue of pipelined requests is a ``Pipeline`` (a list): two requests sent
+    at once are answered first come, first served, and each one's ``receive`` waits on a
+    ``SparseEvent`` (no deque per request or connection; iop_site/public_memory.py)."""
+    app = App()
+    protocol, transport = _protocol(app)
+    assert isinstance(protocol.pipeline, Pipeline)
+    assert isinstance(protocol.flow._is_writable_event, SparseEvent)
+    protocol.data_received(
+        b"GET /v1/first HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/second HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    assert isinstance(protocol.cycle.message_event, SparseEvent)
+    await _until(lambda: transport.data.count(b"HTTP/1.1 200") == 2)
+    assert [scope["path"] for scope in app.scopes] == ["/v1/first", "/v1/second"]
+    assert not protocol.pipeline
+
+
+async def test_a_sparse_event_wakes_its_waiters_and_keeps_no_list_when_none_waits() -> None:
+    event = SparseEvent()
+    assert await asyncio.wait_for(_set_soon(event), 5) is True
+    assert event.is_set() and await event.wait() is True  # set: no wait at all
+    event.clear()
+    waiters = [asyncio.ensure_future(event.wait()) for _ in range(2)]
+    await asyncio.sleep(0)
+    gone = asyncio.ensure_future(event.wait())
+    await asyncio.sleep(0)
+    gone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    event.set()
+    assert await asyncio.gather(*waiters) == [True, True]
+    assert event._waiters is None
+
+
+async def _set_soon(event: SparseEvent) -> bool:
+    asyncio.get_running_loop().call_soon(event.set)
+    return await event.wait()

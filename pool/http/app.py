@@ -12,6 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from catalog.config import EdgeSnapshot
@@ -166,22 +167,8 @@ class OpenAIApp:
         groups = chain_of(tables, request, caller, credentials is not None)  # R-FALL-1
         meta.served = Served(request.model)
         owner, max_queued = self.admission.queue_share(caller)  # R-PRIN-3, R-MGD-13
-
-        def run(attempt: ParsedRequest, long: bool) -> Awaitable[None]:
-            group = tables.snapshot.models.get(attempt.model)
-            return dispatch(
-                self.runtime,
-                capped(attempt, group.max_output_tokens if group else None),  # R-LIM-5
-                long=long,
-                window=tables.stream_buffer_bytes,
-                forward_headers=forward,
-                target_of=self.target,
-                ex=ex,
-                owner=owner,
-                max_queued=max_queued,
-                credentials=credentials,
-            )
-
+        # a partial, not a closure: one object, not seven cells, kept while the request runs
+        run = partial(self._dispatch, tables, forward, ex, owner, max_queued, credentials)
         watch = DisconnectWatch(receive, ex, scope.get("extensions", {}).get(CLIENT_GONE))
         try:
             await serve(tables, request, groups, ex, meta.served, run)
@@ -191,6 +178,32 @@ class OpenAIApp:
             ex.client_gone()  # lease released and run cancelled on the way out of dispatch
         finally:
             watch.stop()
+
+    def _dispatch(
+        self,
+        tables: Tables,
+        forward: tuple[tuple[str, str], ...],
+        ex: Exchange,
+        owner: str | None,
+        max_queued: int | None,
+        credentials: RouteCredentials | None,
+        attempt: ParsedRequest,
+        long: bool,
+    ) -> Awaitable[None]:
+        """One attempt of the request on one model group (``serve`` calls it per group)."""
+        group = tables.snapshot.models.get(attempt.model)
+        return dispatch(
+            self.runtime,
+            capped(attempt, group.max_output_tokens if group else None),  # R-LIM-5
+            long=long,
+            window=tables.stream_buffer_bytes,
+            forward_headers=forward,
+            target_of=self.target,
+            ex=ex,
+            owner=owner,
+            max_queued=max_queued,
+            credentials=credentials,
+        )
 
     async def _models(
         self, method: str, path: str, tables: Tables, ex: Exchange, caller: Caller

@@ -21,9 +21,11 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 from nodes.hub import NodeUnavailable
 from pool.engine import Lease, PoolEngine
+from pool.engine.core import NO_EXCLUSION
 from pool.engine.errors import PoolError
 from pool.http import observe
 from pool.http.affinity import affinity_of
@@ -56,6 +58,30 @@ OnQueued = Callable[[Callable[[], int | None]], None]
 
 # LOG_LEVEL=DEBUG: each admission decision (docs/configuration.md); ids only, never a secret.
 log = logging.getLogger("iop.pool")
+
+
+def _admit(
+    pool: PoolEngine,
+    request: ParsedRequest,
+    long: bool,
+    owner: str | None,
+    max_queued: int | None,
+    off_route: frozenset[str],
+    affinity: tuple[str, float] | None,
+    exclude: frozenset[str] = NO_EXCLUSION,
+    on_queued: OnQueued | None = None,
+) -> Awaitable[Lease]:
+    """Admission to the pool for ``request`` (``dispatch`` binds all but the last two)."""
+    return pool.acquire(
+        request.model,
+        request.needs,
+        long=long,
+        owner=owner,
+        max_queued=max_queued,
+        exclude=exclude | off_route if off_route else exclude,
+        on_queued=on_queued,
+        affinity=affinity,  # R-AFF-1
+    )
 
 
 def _admitted(request: ParsedRequest, lease: Lease, left_out: frozenset[str]) -> None:
@@ -97,25 +123,13 @@ async def dispatch(
     retries = snapshot.retry_before_first_byte
     loop = asyncio.get_running_loop()
     deadline = loop.time() + snapshot.queue_timeout_ms / 1000 if snapshot.queue_timeout_ms else None
-    excluded: frozenset[str] = frozenset()
-    off_route = credentials.excluded if credentials is not None else frozenset()
+    # one shared empty set, not a new one per request (a held stream keeps them)
+    excluded = NO_EXCLUSION
+    off_route = credentials.excluded if credentials is not None else NO_EXCLUSION
     group = snapshot.models.get(request.model)
     affinity = affinity_of(request.model, group.affinity if group else None, request.data)
-
-    def admit(
-        exclude: frozenset[str] = frozenset(), on_queued: OnQueued | None = None
-    ) -> Awaitable[Lease]:
-        return pool.acquire(
-            request.model,
-            request.needs,
-            long=long,
-            owner=owner,
-            max_queued=max_queued,
-            exclude=exclude | off_route,
-            on_queued=on_queued,
-            affinity=affinity,  # R-AFF-1
-        )
-
+    # a partial, not a closure: one object, not seven cells, kept while the request runs
+    admit = partial(_admit, pool, request, long, owner, max_queued, off_route, affinity)
     lease = await _first_admission(runtime, request, long, admit, ex)
     _admitted(request, lease, off_route)
     gate = (admit, deadline) if request.stream and snapshot.stream_evidence_gate.enabled else None
@@ -202,8 +216,8 @@ def _first_lease(
     """The admission itself; a request that asked hears queue events while it waits
     (R-QUEUE-4)."""
     if eta != 0 and wants_events(request.stream, request.headers):
-        return admitted_with_events(lambda queued: admit(frozenset(), queued), ex, release, eta)
-    return admit(frozenset(), None)
+        return admitted_with_events(lambda queued: admit(NO_EXCLUSION, queued), ex, release, eta)
+    return admit(NO_EXCLUSION, None)
 
 
 async def _attempt(

@@ -175,13 +175,12 @@ class GatedSource(FilteredRun):
             self._take(item)
         return self._out.popleft()
 
-    async def get(self) -> str | wire.RunEnd:
-        while not self._out:
-            if self._chat.fired is not None:
-                await self._recover()
-                continue
-            self._take(await self._src.get())
-        return self._out.popleft()
+    def wait(self) -> Awaitable[object]:
+        """The recovery when the gate fired (``get_nowait`` has nothing until it is done),
+        else the source's next item."""
+        if self._chat.fired is not None:
+            return self._recover()
+        return self._src.wait()
 
     def _take(self, item: str | wire.RunEnd) -> None:
         """Gate one item; input that gave no output yet is held by the gate (at most its

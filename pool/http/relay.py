@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from types import TracebackType
 from typing import Protocol
 
 from edgekit.http import Receive, Send
@@ -187,7 +188,14 @@ async def relay_whole(
     parts: list[str] = []
     size = 0
     while True:
-        item = await _within(channel, silence_s)
+        item = channel.get_nowait()
+        if item is None:
+            try:
+                with Within(silence_s):
+                    await channel.wait()
+            except TimeoutError:
+                raise _silent(silence_s) from None
+            continue
         if isinstance(item, str):
             size += len(item)
             if size > MAX_WHOLE_BODY_CHARS:
@@ -224,8 +232,25 @@ async def relay_stream(
     ex.tally = TextTally()
     if ping_s is None:
         ping_s = PING_INTERVAL_S
-    item = await _next(channel, ex, ping_s, silence_s)
+    loop = asyncio.get_running_loop()
     while True:
+        item = channel.get_nowait()
+        if item is None:  # awaited here, not in a helper: a coroutine less per held stream
+            deadline = loop.time() + silence_s
+            while item is None:
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise _silent(silence_s)
+                try:
+                    with Within(min(ping_s, left)):
+                        await channel.wait()
+                except TimeoutError:
+                    if ping_s <= left:  # a long silence commits the stream so pings can flow
+                        await ex.open_stream()
+                        await ex.send(
+                            {"type": "http.response.body", "body": PING, "more_body": True}
+                        )
+                item = channel.get_nowait()
         end: wire.RunEnd | None = None
         if isinstance(item, str):
             parts = [item]
@@ -252,7 +277,6 @@ async def relay_stream(
             if not ex.terminal:  # R-IN-5: no more from the Node until the client reads
                 await ex.drained(silence_s)
             channel.release()
-            item = await _next(channel, ex, ping_s, silence_s)
             continue
         ex.usage = end.usage
         if end.ok:
@@ -268,68 +292,43 @@ async def relay_stream(
         return end
 
 
-async def _next(
-    channel: RunSource, ex: Exchange, ping_s: float, silence_s: float
-) -> str | wire.RunEnd:
-    item = channel.get_nowait()
-    if item is not None:
-        return item
-    deadline = asyncio.get_running_loop().time() + silence_s
-    while True:
-        left = deadline - asyncio.get_running_loop().time()
-        if left <= 0:
-            raise _silent(silence_s)
-        try:
-            return await get_within(channel, min(ping_s, left))
-        except TimeoutError:
-            if ping_s <= left:  # a long silence commits the stream so pings can flow
-                await ex.open_stream()
-                await ex.send({"type": "http.response.body", "body": PING, "more_body": True})
-
-
-async def _within(channel: RunSource, silence_s: float) -> str | wire.RunEnd:
-    item = channel.get_nowait()
-    if item is not None:
-        return item
-    try:
-        return await get_within(channel, silence_s)
-    except TimeoutError:
-        raise _silent(silence_s) from None
-
-
-class _Expiry:
-    __slots__ = ("expired", "task")
-
-    def __init__(self, task: asyncio.Task[object]) -> None:
-        self.task, self.expired = task, False
-
-    def __call__(self) -> None:
-        self.expired = True
-        self.task.cancel()
-
-
-async def get_within(channel: RunSource, seconds: float) -> str | wire.RunEnd:
-    """``channel.get()``, or ``TimeoutError`` after ``seconds``: ``asyncio.timeout``'s
-    semantics for this one await (a cancel from elsewhere stays a cancel), with one timer
-    handle and no context manager: under uvloop 1.3 µs over the bare wait where
-    ``asyncio.timeout`` took 4.9 (docs/performance-history.md). Every run's wait on the
+class Within:
+    """``with Within(seconds): await ...``: ``TimeoutError`` when the await takes longer,
+    with ``asyncio.timeout``'s meaning (a cancel from elsewhere stays a cancel), but one timer
+    handle and no coroutine of its own: under uvloop 1.3 µs over the bare wait where
+    ``asyncio.timeout`` took 4.9 (docs/performance-history.md). Every wait of a run on the
     Edge goes through it (the silence backstop, a stream's pings)."""
-    task = asyncio.current_task()
-    assert task is not None
-    cancelling = task.cancelling()
-    expiry = _Expiry(task)
-    timer = asyncio.get_running_loop().call_later(seconds, expiry)
-    try:
-        item = await channel.get()
-    except asyncio.CancelledError:
-        if expiry.expired and task.uncancel() <= cancelling:
+
+    __slots__ = ("_cancelling", "_seconds", "_task", "_timer", "expired")
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+        self.expired = False
+
+    def __enter__(self) -> Within:
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self._cancelling = task.cancelling()
+        self._timer = asyncio.get_running_loop().call_later(self._seconds, self._expire)
+        return self
+
+    def _expire(self) -> None:
+        self.expired = True
+        self._task.cancel()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._timer.cancel()
+        if not self.expired:
+            return
+        # ours: that cancel is taken back; a timeout unless a cancel from elsewhere came too
+        if self._task.uncancel() <= self._cancelling and kind is asyncio.CancelledError:
             raise TimeoutError from None
-        raise
-    finally:
-        timer.cancel()
-    if expiry.expired:  # it fired as the item came: that cancel is ours, not the caller's
-        task.uncancel()
-    return item
 
 
 def _silent(silence_s: float) -> HttpError:

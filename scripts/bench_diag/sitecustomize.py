@@ -10,7 +10,8 @@ process as it was before the heap was settled (docs/performance-history.md).
 ``IOP_BENCH_ASYNCIO_IN=edge`` (or ``node``, or both): that process runs on asyncio's own
 loop instead of uvloop (``IOP_EVENT_LOOP=asyncio`` for it alone, nodes/loop.py).
 ``IOP_BENCH_OBJECTS=FILE``: on SIGUSR2, count the objects the collector tracks, and their own
-sizes, by type, into ``FILE.<pid>.<n>`` (what an open stream keeps: docs/performance-history.md).
+sizes, by type (a coroutine, a function and a bound method by its name too), into
+``FILE.<pid>.<n>`` (what an open stream keeps: docs/performance-history.md).
 """
 
 from __future__ import annotations
@@ -96,6 +97,9 @@ if _objects:
         sizes: Counter[str] = Counter()
         for obj in gc.get_objects():
             name = type(obj).__qualname__
+            if name in ("coroutine", "function", "method"):  # the await chain, the callbacks
+                function = obj.__func__ if name == "method" else obj
+                name = f"{name} {getattr(function, '__qualname__', '?')}"
             counts[name] += 1
             sizes[name] += sys.getsizeof(obj)
         _dumps[0] += 1
