@@ -27,7 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from tests.support.processes import ROOT, Proc, child_env, free_port
+from tests.support.processes import ROOT, Proc, child_env, free_port, stop_all
 from tests.support.stack import START_TIMEOUT_S, Stack
 
 DATABASE_PREFIX = "iop_scale_edges"  # this branch's own databases (one per cluster)
@@ -360,11 +360,8 @@ class Cluster(Stack):
         return super()._node_proc(node_id, {"edge_url": None, "edge_urls": urls, **extra})
 
     def stop(self) -> None:
-        for node in self.nodes:
-            node.stop()
-        for handle in self.edges:
-            if handle.proc is not None:
-                handle.proc.stop()
+        stop_all(self.nodes)  # the Nodes first, together; then the Edges, together
+        stop_all([handle.proc for handle in self.edges if handle.proc is not None])
         for upstream in self.upstreams.values():
             upstream.stop()
         if self._created:  # once: a second stop (atexit) may find the Redis gone
