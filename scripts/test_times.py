@@ -1,4 +1,5 @@
-"""Where `make test`'s time goes, from the JUnit XML of a run (docs/testing.md).
+"""Where `make test`'s time goes, from the JUnit XML of a run or the JSON lines that
+``IOP_TEST_TIMES=FILE`` collects (tests/support/timing.py; docs/testing.md).
 
     .venv/bin/pytest -n 2 --dist loadfile -o junit_duration_report=total \\
         --junitxml=var/junit.xml -m "not serial"
@@ -22,7 +23,9 @@ import heapq
 import json
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS = ROOT / "tests" / "module_times.json"
@@ -34,18 +37,30 @@ def module_of(classname: str) -> str:
     return "/".join(parts[:2]) + ".py"
 
 
+def _cases(path: Path) -> Iterator[tuple[str, float, dict[str, Any]]]:
+    """(module, wall, properties) of each test: a JUnit XML, or the JSON lines of
+    ``IOP_TEST_TIMES`` (tests/support/timing.py)."""
+    if path.suffix == ".jsonl":
+        for text in path.read_text().splitlines():
+            line = json.loads(text)
+            props = {"cpu_s": line["cpu"], "worker": line["worker"], "started": line["started"]}
+            yield line["test"].split("::", 1)[0], float(line["wall"]), props
+        return
+    for case in ET.parse(path).getroot().iter("testcase"):
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        yield module_of(case.get("classname", "")), float(case.get("time", 0)), props
+
+
 def read(path: Path) -> dict[str, dict[str, float]]:
     """Per module: tests, wall, cpu, and (per worker) first start and last end."""
     modules: dict[str, dict[str, float]] = collections.defaultdict(
         lambda: {"tests": 0, "wall": 0.0, "cpu": 0.0}
     )
     workers: dict[str, dict[str, float]] = {}
-    for case in ET.parse(path).getroot().iter("testcase"):
-        row = modules[module_of(case.get("classname", ""))]
-        wall = float(case.get("time", 0))
+    for module, wall, props in _cases(path):
+        row = modules[module]
         row["tests"] += 1
         row["wall"] += wall
-        props = {p.get("name"): p.get("value") for p in case.iter("property")}
         row["cpu"] += float(props.get("cpu_s") or 0)
         if "worker" in props and "started" in props:
             worker = workers.setdefault(
