@@ -31,12 +31,18 @@ DB_TESTS := tests/test_catalog_*.py tests/test_iop_*.py tests/test_metering_*.py
 	tests/test_admin_login_throttle.py tests/test_status_views.py \
 	tests/test_usage_chart.py tests/test_revision_propagation.py tests/test_managed_catalog.py
 
-# Tests run in TEST_WORKERS processes (pytest-xdist; `auto`: one per core). --dist loadfile
-# keeps each module on one worker, so a module's shared Stack starts once. Tests marked
-# `serial` (they measure latency) run afterwards, alone (exit 5: none was selected).
-# docs/testing.md says what runs where and how to run one module.
-TEST_WORKERS ?= auto
-PARALLEL := -n $(TEST_WORKERS) --dist loadfile
+# Tests run in parallel (pytest-xdist). --dist loadfile keeps each module on one worker, so a
+# module's shared Stack starts once; --no-loadscope-reorder hands modules out in collection
+# order, longest first (tests/conftest.py, tests/module_times.json). `make test` runs one
+# worker more than there are cores: its end-to-end tests spend about a third of their time
+# waiting on the processes they start, which a third worker fills on 2 cores; the database
+# tests and `make test-fast` (in-process, CPU-bound) run one per core. TEST_WORKERS=N sets
+# all three. Tests marked `serial` (they measure latency) run afterwards, alone, from the
+# modules that hold one (exit 5: none was selected). docs/testing.md says what runs where.
+CORES := $(shell nproc 2>/dev/null || echo 2)
+TEST_WORKERS ?=
+PARALLEL = -n $(or $(TEST_WORKERS),$(1)) --dist loadfile --no-loadscope-reorder
+SERIAL_TESTS := $(shell grep -rl --include='test_*.py' 'mark\.serial' tests)
 # Bytecode caches on for the test targets even where the environment turns them off: without
 # them every run rewrites the asserts of ~200 test modules and compiles the project again in
 # each worker and child process (about a minute of CPU). __pycache__ is ignored by git.
@@ -52,11 +58,15 @@ test: $(DEV_STAMP)
 	@eval "$$($(PY) scripts/test_services.py)"; status=0; \
 	if [ -n "$$IOP_TEST_DATABASE_URL" ]; then \
 		echo "database tests on $${IOP_TEST_DATABASE_URL%%@*}@..."; \
-		DATABASE_URL="$$IOP_TEST_DATABASE_URL" $(VENV)/bin/pytest -q $(PARALLEL) $(DB_TESTS) \
-			|| status=$$?; \
+		DATABASE_URL="$$IOP_TEST_DATABASE_URL" $(VENV)/bin/pytest -q $(call PARALLEL,$(CORES)) \
+			$(DB_TESTS) || status=$$?; \
 	fi; \
-	if [ $$status -eq 0 ]; then $(VENV)/bin/pytest $(PARALLEL) -m "not serial" || status=$$?; fi; \
-	if [ $$status -eq 0 ]; then $(VENV)/bin/pytest -m serial || status=$$?; fi; \
+	if [ $$status -eq 0 ]; then \
+		$(VENV)/bin/pytest $(call PARALLEL,$(shell expr $(CORES) + 1)) -m "not serial" || status=$$?; \
+	fi; \
+	if [ $$status -eq 0 ] && [ -n "$(SERIAL_TESTS)" ]; then \
+		$(VENV)/bin/pytest -m serial $(SERIAL_TESTS) || status=$$?; \
+	fi; \
 	if [ $$status -eq 5 ]; then status=0; fi; \
 	echo "$$IOP_TEST_SKIPPED"; exit $$status
 
@@ -64,7 +74,7 @@ test: $(DEV_STAMP)
 # browser), property tests on a tenth of their examples (IOP_TEST_FAST, tests/support/
 # examples.py), in about a minute. Not a substitute for `make test`.
 test-fast: $(DEV_STAMP)
-	IOP_TEST_FAST=1 $(VENV)/bin/pytest -q $(PARALLEL) -m "not slow and not serial"
+	IOP_TEST_FAST=1 $(VENV)/bin/pytest -q $(call PARALLEL,$(CORES)) -m "not slow and not serial"
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .

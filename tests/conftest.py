@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.support.fixtures"]
+# tests.support.timing: CPU seconds, worker and start of each test in a --junitxml report
+pytest_plugins = ["tests.support.fixtures", "tests.support.timing"]
 
 # The shipped example config and the test fixtures use published token hashes (sha256 of
 # "test", "foo", "node-token"...), which load only with this opt-in; child processes
@@ -37,3 +40,20 @@ def _close_sync_thread_connections(request):
     from django.db import connections
 
     SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=10)
+
+
+# Longest module first (tests/module_times.json, measured by scripts/test_times.py): `make
+# test` hands whole modules to its workers in collection order (--dist loadfile with
+# --no-loadscope-reorder), so the long end-to-end modules start at once and the short ones
+# fill the gaps at the end instead of one long module running alone while the other workers
+# idle. A module missing from the file counts as a short one. docs/testing.md.
+MODULE_TIMES = Path(__file__).with_name("module_times.json")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    weights = json.loads(MODULE_TIMES.read_text()) if MODULE_TIMES.exists() else {}
+    rank = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        rank.setdefault(module, (-weights.get(module, 0), len(rank)))
+    items.sort(key=lambda item: rank[item.nodeid.split("::", 1)[0]])

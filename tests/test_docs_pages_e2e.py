@@ -37,7 +37,7 @@ import openai
 import pytest
 
 from tests.support.doc_pages import DocPage, Machine, copy
-from tests.support.journeys import wait_for
+from tests.support.journeys import COMMAND_TIMEOUT_S, wait_for
 from tests.support.ports import free_port
 from tests.support.processes import ROOT
 from tests.support.upstream_loop import FakeUpstream
@@ -181,6 +181,8 @@ def test_credentials_page_sets_up_managed_mode_on_two_machines_as_written(
         upstream.stop()
 
 
+# Its Node install reaches the package index (its block's own bound: COMMAND_TIMEOUT_S x 5).
+@pytest.mark.timeout(COMMAND_TIMEOUT_S * 5 + 120)
 def test_node_tls_walkthrough_runs_as_written_on_two_machines(
     tmp_path: Path, machines: list[Machine]
 ) -> None:

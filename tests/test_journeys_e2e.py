@@ -41,6 +41,10 @@ REFRESH_BLOCKS = doc_blocks(JOURNEYS_MD.parent / "refresh.md", "refresh")
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 INSTALL_TIMEOUT_S = 600
+# The tests that may be the first to use ``node_machine``: its install reaches the package
+# index (seconds on a good day, minutes on a slow one), so their hang guard is the install's
+# own bound plus the test's, in place of pytest-timeout's default 120 s.
+installs_node = pytest.mark.timeout(INSTALL_TIMEOUT_S + 120)
 ECHO_CAPACITY = 'nodes["node-local"].providers["echo-cli"].capacity'
 
 
@@ -139,6 +143,7 @@ def node_start(edge: JourneyEdge, node: NodeMachine) -> None:
     edge.service("gpu-box", service, node.checkout, node_env())
 
 
+@installs_node
 def test_the_node_only_install_runs_iop_node_without_django(node_machine: NodeMachine) -> None:
     """The documented Node install has ``iop-node`` and neither Django nor the Edge's server."""
     assert "usage: iop-node" in node_machine.install_output
@@ -166,6 +171,7 @@ def test_the_local_node_runs_the_example_cli_under_make_runs_policy_r_tls_6(
     assert "policy.commands" not in node_log and "refused by node policy" not in node_log
 
 
+@installs_node
 def test_adding_a_node_stages_it_and_a_draining_restart_activates_it(
     edge: JourneyEdge, node_machine: NodeMachine
 ) -> None:
@@ -201,6 +207,7 @@ def test_adding_a_node_stages_it_and_a_draining_restart_activates_it(
     assert status == 200 and body["choices"][0]["message"]["content"].startswith("gpu-box:")
 
 
+@installs_node
 def test_rotating_a_node_token_refuses_the_old_one_until_the_node_has_the_new_one(
     edge: JourneyEdge, node_machine: NodeMachine
 ) -> None:

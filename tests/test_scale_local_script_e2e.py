@@ -68,8 +68,8 @@ def test_scale_local_starts_three_edges_that_answer_and_stops_clean_r_scale_2() 
         (prefix,) = re.findall(r"Redis prefix (\S+)\)", output)
         assert len(apis) == 3, output
         for api in apis:
-            client = openai.OpenAI(base_url=api, api_key=token, max_retries=0, timeout=30)
-            answer = until_served(client)
+            with openai.OpenAI(base_url=api, api_key=token, max_retries=0, timeout=30) as client:
+                answer = until_served(client)
             assert answer.choices[0].message.content, output
     finally:
         proc.send_signal(signal.SIGINT)

@@ -143,7 +143,9 @@ def managed_stack(
     (capacity 2) and a GLM Coding Plan one ``glm-coding`` on the fake upstream ``main``, model
     groups ``glm`` and ``coder``, and its keyring ``directory/keyring.json`` made with
     ``iop_keyring init`` (key id ``k1``). ``extra_providers`` / ``extra_models`` join them;
-    ``options`` go to ``Stack`` (``upstreams``, ``log_level``...)."""
+    ``options`` go to ``Stack`` (``upstreams``, ``log_level``...). The Edge looks for changed
+    routes and slots every 0.2 s (``IOP_REVISION_POLL_S``, 1 s by default), so a test's change
+    is followed soon; ``env`` in ``options`` may set it otherwise."""
     tls = {"cert_file": str(pki.edge.cert), "key_file": str(pki.edge.key)}
     keyring = directory / "keyring.json"
     providers = [
@@ -177,6 +179,7 @@ def managed_stack(
             {"id": "coder", "providers": {"glm-coding": "glm-4.6"}},
             *extra_models,
         ],
+        env={"IOP_REVISION_POLL_S": "0.2", **options.pop("env", {})},
         **options,
     )
     stack.manage("iop_keyring", "init", str(keyring), "--key-id", "k1")

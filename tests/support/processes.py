@@ -85,13 +85,21 @@ class Proc:
         return self.popen is not None and self.popen.poll() is None
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.popen is None:
-            return
-        if self.popen.poll() is None:
-            self.popen.send_signal(sig)
-            try:
-                self.popen.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(STOP_TIMEOUT_S)
-        self.popen = None
+        stop_all([self], sig)
+
+
+def stop_all(procs: list[Proc], sig: int = signal.SIGTERM) -> None:
+    """Signal every running one of ``procs`` at once, then wait for each (SIGKILL after
+    ``STOP_TIMEOUT_S``): they stop side by side, not one after another."""
+    running = [proc.popen for proc in procs if proc.popen is not None]
+    for popen in running:
+        if popen.poll() is None:
+            popen.send_signal(sig)
+    for popen in running:
+        try:
+            popen.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait(STOP_TIMEOUT_S)
+    for proc in procs:
+        proc.popen = None

@@ -79,6 +79,9 @@ def register_recipient(node_id: str, public_key: bytes, out: Path) -> tuple[Path
 
 
 class Command(BaseCommand):
+    # System checks are `manage.py check`'s (run by make test) and runedge's: an operator
+    # command skips them, and with them the import of every view (about 0.4 s of CPU).
+    requires_system_checks: list[str] = []
     help = (
         "Managed-mode keys: `issuer` mints the Edge's Ed25519 signing key (issuer.key 0600 + "
         "issuer.pub); `node NODE --public-key FILE` registers a Node's X25519 public key, "
