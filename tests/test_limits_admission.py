@@ -99,6 +99,40 @@ async def test_a_body_arriving_on_one_edge_counts_in_flight_on_the_other(edges) 
 
 
 @needs_redis
+async def test_a_refused_request_s_slot_is_gone_when_its_refusal_returns(edges) -> None:
+    """R-LIM-1 across Edges: Edge B's request arrives (its slot on its way to Redis in the
+    writer's pipeline) and is decided at once, refused over ``max_in_flight: 1`` by A's held
+    body. Its decision never overtakes its own arrival, and a refused slot is never renewed:
+    when the refusal returns nothing of it is left, so A's body is admitted."""
+    import asyncio
+
+    a, b = edges
+    limits = TokenLimits(max_in_flight=1)
+    slow = a.arrive("t")
+    await a.flush()
+    sending, go = asyncio.Event(), asyncio.Event()
+    pipeline = b._pipeline
+
+    async def held_pipeline(batch: list[Any]) -> list[Any]:
+        sending.set()
+        await go.wait()
+        return await pipeline(batch)
+
+    b._pipeline = held_pipeline  # type: ignore[method-assign]
+    mine = b.arrive("t")
+    await sending.wait()  # the arrival's slot is being sent
+    decided = asyncio.ensure_future(b.admit("t", limits, 1, mine))
+    await asyncio.sleep(0)
+    go.set()
+    with pytest.raises(RateLimited):
+        await decided
+    await b.renew()  # a renewal after the refusal does not bring its slot back
+    assert (await a.admit("t", limits, 1, slow)) is slow
+    b.finish(mine)
+    a.finish(slow, 1)
+
+
+@needs_redis
 async def test_requests_deciding_together_never_all_refuse_each_other(edges) -> None:
     """R-LIM-1 across Edges: six requests arrive on two Edges (each slot held), then all are
     decided under ``max_in_flight: 2``: a refused one's slot goes at once, so exactly two

@@ -91,6 +91,7 @@ class SharedTokenLimiter:
         self._kick = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
         self._admitting = False  # one admission is on its way by itself
+        self._sending = False  # the writer has a batch on its way: later jobs go behind it
         self._tasks: list[asyncio.Task[None]] = []
         self.time_override: str = ""  # tests: Redis time in ms
 
@@ -159,9 +160,10 @@ class SharedTokenLimiter:
             self.time_override,
         ]
         keys = self._keys(token_ref)
-        # Others on the way, or ended requests' settles still queued (a caller's next request
-        # right after its last one ended): join the writer's next pipeline, behind them.
-        if self._admitting or self._jobs:
+        # Others on the way, or ended requests' settles or an arrival's slot queued or being
+        # sent (a caller's next request right after its last one ended; this request's own
+        # slot): join the writer's next pipeline, behind them, never overtake them.
+        if self._admitting or self._sending or self._jobs:
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             self._jobs.append(_Job("admit", keys, args, future))
             self._kick.set()
@@ -184,6 +186,8 @@ class SharedTokenLimiter:
             reset_s=reset_s,
         )
         if verdict != "ok":
+            if arrived is not None:  # the script dropped its slot: never renewed again
+                self._drop_held(arrived)
             retry = IN_FLIGHT_RETRY_S if verdict == "max_in_flight" else reset_s
             raise RateLimited(verdict, retry, quota)
         if arrived is not None:
@@ -232,16 +236,19 @@ class SharedTokenLimiter:
         if ticket.done or not isinstance(ticket, SharedTicket):
             return False
         ticket.done = True
-        held = self._held.get(ticket.token_ref)
-        if held is not None:
-            held.pop(ticket.slot, None)
-            if not held:
-                del self._held[ticket.token_ref]
+        self._drop_held(ticket)
         correction = ""  # a request never admitted was charged nothing: its slot only
         if used_tokens is not None and ticket.admitted:
             correction = str(used_tokens - ticket.estimate)
         self._settle(ticket.token_ref, ticket.slot, ticket.window, correction)
         return True
+
+    def _drop_held(self, ticket: SharedTicket) -> None:
+        held = self._held.get(ticket.token_ref)
+        if held is not None:
+            held.pop(ticket.slot, None)
+            if not held:
+                del self._held[ticket.token_ref]
 
     def _settle(self, token_ref: str, slot: str, window: int, correction: str) -> None:
         self._queue_settle(self._keys(token_ref), slot, window, correction)
@@ -268,15 +275,22 @@ class SharedTokenLimiter:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-            while self._jobs:
-                batch = [self._jobs.popleft() for _ in range(min(MAX_BATCH, len(self._jobs)))]
-                try:
-                    await self._send(batch)
-                except REDIS_ERRORS as exc:  # slots expire by TTL; tpm keeps its estimate
-                    log.warning("per-token limits: Redis did not answer (%s)", type(exc).__name__)
-                    for job in batch:
-                        if job.future is not None and not job.future.done():
-                            job.future.set_exception(LimitsUnavailable(type(exc).__name__))
+            self._sending = True
+            try:
+                while self._jobs:
+                    await self._send_batch()
+            finally:
+                self._sending = False
+
+    async def _send_batch(self) -> None:
+        batch = [self._jobs.popleft() for _ in range(min(MAX_BATCH, len(self._jobs)))]
+        try:
+            await self._send(batch)
+        except REDIS_ERRORS as exc:  # slots expire by TTL; tpm keeps its estimate
+            log.warning("per-token limits: Redis did not answer (%s)", type(exc).__name__)
+            for job in batch:
+                if job.future is not None and not job.future.done():
+                    job.future.set_exception(LimitsUnavailable(type(exc).__name__))
 
     async def _send(self, batch: list[_Job]) -> None:
         """One pipeline of EVALSHA (no SCRIPT EXISTS round trip); the scripts are loaded and
