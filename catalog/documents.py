@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import models, transaction
 
-from catalog.config import ConfigError, EdgeSnapshot, load_snapshot
+from catalog import config
+from catalog.config.errors import ConfigError
 from catalog.models import (
     EdgeSettings,
     ModelGroup,
@@ -24,6 +25,9 @@ from catalog.models import (
     Provider,
     is_absent,
 )
+
+if TYPE_CHECKING:  # the loader is imported when first used (catalog/config/__init__.py)
+    from catalog.config import EdgeSnapshot
 
 _INT32 = range(-(2**31), 2**31)
 
@@ -70,12 +74,12 @@ def catalog_to_document() -> dict[str, Any]:
 
 def document_to_catalog(document: Mapping[str, Any]) -> None:
     """Replace the whole catalog with `document`; raise ConfigError (writing nothing) if invalid."""
-    snapshot = load_snapshot(document)
+    snapshot = config.load_snapshot(document)
     with transaction.atomic():
         clear_catalog()
         _write(snapshot.document)  # the canonical form: defaults written in, legacy keys promoted
         try:
-            reproduced = load_snapshot(catalog_to_document()) == snapshot
+            reproduced = config.load_snapshot(catalog_to_document()) == snapshot
         except ConfigError:
             reproduced = False
         if not reproduced:
@@ -84,7 +88,7 @@ def document_to_catalog(document: Mapping[str, Any]) -> None:
 
 def validate_catalog() -> EdgeSnapshot:
     """Load the catalog as the config loader would; raise ConfigError with every issue."""
-    return load_snapshot(catalog_to_document())
+    return config.load_snapshot(catalog_to_document())
 
 
 @contextmanager

@@ -10,15 +10,19 @@ import re
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from django.db import transaction
 
-from catalog.config import ConfigError, EdgeSnapshot
+from catalog.config.errors import ConfigError
 from catalog.documents import validate_catalog
 from catalog.keyring import Keyring, KeyringError, new_keyring
 from catalog.models import CredentialSlot, Route, RouteSlot
 from edgekit.running import running_edge
 from secretref.keyfiles import PrivateFileError, create_private, replace_private
+
+if TYPE_CHECKING:
+    from catalog.config import EdgeSnapshot
 
 ROUTE_KEY_PREFIX = "iop_route_"
 MAX_SECRET_BYTES = 16 * 1024

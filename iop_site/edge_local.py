@@ -11,10 +11,12 @@ from __future__ import annotations
 import re
 import socket
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from catalog.config import EdgeSnapshot
 from catalog.config.addresses import HostPort, is_loopback_host, parse_host_port
+
+if TYPE_CHECKING:
+    from catalog.config import EdgeSnapshot
 
 EDGE_ID_PATTERN = r"[A-Za-z0-9_.-]{1,64}"
 EDGE_ID_WHAT = "1 to 64 letters, digits, '_', '.' or '-'"

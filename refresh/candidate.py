@@ -6,10 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from catalog.config import ConfigError, EdgeSnapshot, load_snapshot
+from catalog import config
+from catalog.config.errors import ConfigError
 from refresh.report import Report, error_report
 
 if TYPE_CHECKING:
+    from catalog.config import EdgeSnapshot
     from refresh.models import ConfigRevision
 
 DRY_RUN, APPLY, STAGE, CREATE, DIFF = "dry_run", "apply", "stage", "create", "diff"
@@ -41,7 +43,7 @@ class Candidate:
             self.refusal = error_report(mode, "invalid", [("<root>", "must be a mapping")])
             return
         try:
-            self.snapshot = load_snapshot(document)
+            self.snapshot = config.load_snapshot(document)
         except ConfigError as exc:
             issues = [(issue.path, issue.message) for issue in exc.issues]
             self.refusal = error_report(mode, "invalid", issues, document)

@@ -13,12 +13,11 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
 from django.db import transaction
 
-from catalog.config import EdgeSnapshot
 from edgekit.running import RunningEdge, running_edge
 from refresh.candidate import (
     APPLY,
@@ -37,6 +36,9 @@ from refresh.candidate import (
     stale,
     with_ids,
 )
+
+if TYPE_CHECKING:
+    from catalog.config import EdgeSnapshot
 from refresh.models import ConfigRevision, active_for_change
 from refresh.report import Report, diff_report, error_report
 

@@ -94,7 +94,7 @@ def migrated_postgres_template(server_url: str, prefix: str) -> str:
     _admin_statement(server_url, f'CREATE DATABASE "{name}"')
     atexit.register(_admin_statement, server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0", "--skip-checks"],
         cwd=ROOT,
         env=child_env({"DATABASE_URL": with_database(server_url, name), "IOP_VAR_DIR": var}),
         check=True,

@@ -165,6 +165,7 @@ class JourneyEdge:
                 "manage.py",
                 "createsuperuser",
                 "--noinput",
+                "--skip-checks",  # runedge runs them
                 "--username",
                 "admin",
                 "--email",

@@ -48,7 +48,7 @@ def migrated_template(root: Path = ROOT) -> Path:
         }
     )
     subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0", "--skip-checks"],
         cwd=root,
         env=env,
         check=True,

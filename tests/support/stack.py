@@ -290,6 +290,7 @@ class Stack:
                 "manage.py",
                 "createsuperuser",
                 "--noinput",
+                "--skip-checks",  # runedge runs them
                 "--username",
                 username,
                 "--email",

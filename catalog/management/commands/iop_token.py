@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-import secrets
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -13,14 +11,7 @@ from catalog.config import ConfigError
 from catalog.documents import validated_change
 from catalog.forms import issue_lines
 from catalog.models import Node, PrincipalToken
-
-TOKEN_PREFIX = "iop_"
-
-
-def mint_token() -> tuple[str, str]:
-    """A new random token and the sha256 hex of its exact text (what callers present)."""
-    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    return token, hashlib.sha256(token.encode("ascii")).hexdigest()
+from catalog.tokens import mint_token
 
 
 class Command(BaseCommand):

@@ -20,7 +20,7 @@ from django.db import transaction
 from catalog.config import ConfigError
 from catalog.documents import catalog_to_document, document_to_catalog, validate_catalog
 from catalog.forms import issue_lines
-from catalog.management.commands.iop_token import mint_token
+from catalog.tokens import mint_token
 from refresh import services
 
 ACTOR = "manage.py iop_node"
