@@ -35,11 +35,10 @@ DB_TESTS := tests/test_catalog_*.py tests/test_iop_*.py tests/test_metering_*.py
 # module's shared Stack starts once; --no-loadscope-reorder hands modules out in collection
 # order, longest first (tests/conftest.py, tests/module_times.json). `make test` runs one
 # worker more than there are cores: its end-to-end tests spend about a third of their time
-# waiting on the processes they start, which a third worker fills on 2 cores, and the checks
-# and the database tests on PostgreSQL (one worker) run beside it (scripts/test_all.sh);
-# `make test-fast` (in-process, CPU-bound) runs one per core. TEST_WORKERS=N sets all three.
-# Tests marked `serial` (they measure latency) run afterwards, alone, from the modules that
-# hold one (exit 5: none was selected). docs/testing.md says what runs where.
+# waiting on the processes they start, which a third worker fills on 2 cores; the database
+# tests and `make test-fast` (in-process, CPU-bound) run one per core. TEST_WORKERS=N sets
+# all three. Tests marked `serial` (they measure latency) run afterwards, alone, from the
+# modules that hold one (exit 5: none was selected). docs/testing.md says what runs where.
 CORES := $(shell nproc 2>/dev/null || echo 2)
 TEST_WORKERS ?=
 PARALLEL = -n $(or $(TEST_WORKERS),$(1)) --dist loadfile --no-loadscope-reorder
@@ -50,10 +49,26 @@ SERIAL_TESTS := $(shell grep -rl --include='test_*.py' 'mark\.serial' tests)
 test test-fast: export PYTHONDONTWRITEBYTECODE :=
 
 test: $(DEV_STAMP)
-	@VENV=$(VENV) PARALLEL_ARGS="--dist loadfile --no-loadscope-reorder" \
-		MAIN_WORKERS=$(or $(TEST_WORKERS),$(shell expr $(CORES) + 1)) \
-		DB_WORKERS=$(or $(TEST_WORKERS),1) DB_TESTS="$(DB_TESTS)" SERIAL_TESTS="$(SERIAL_TESTS)" \
-		bash scripts/test_all.sh
+	$(PY) manage.py check
+	$(PY) manage.py makemigrations --check --dry-run
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	@bash scripts/install-clients.sh || true
+	@eval "$$($(PY) scripts/test_services.py)"; status=0; \
+	if [ -n "$$IOP_TEST_DATABASE_URL" ]; then \
+		echo "database tests on $${IOP_TEST_DATABASE_URL%%@*}@..."; \
+		DATABASE_URL="$$IOP_TEST_DATABASE_URL" $(VENV)/bin/pytest -q $(call PARALLEL,$(CORES)) \
+			$(DB_TESTS) || status=$$?; \
+	fi; \
+	if [ $$status -eq 0 ]; then \
+		$(VENV)/bin/pytest $(call PARALLEL,$(shell expr $(CORES) + 1)) -m "not serial" || status=$$?; \
+	fi; \
+	if [ $$status -eq 0 ] && [ -n "$(SERIAL_TESTS)" ]; then \
+		$(VENV)/bin/pytest -m serial $(SERIAL_TESTS) || status=$$?; \
+	fi; \
+	if [ $$status -eq 5 ]; then status=0; fi; \
+	echo "$$IOP_TEST_SKIPPED"; exit $$status
 
 # The inner loop: unit and in-process tests (nothing marked `slow`: no real process, no
 # browser), property tests on a tenth of their examples (IOP_TEST_FAST, tests/support/
