@@ -36,11 +36,11 @@ from refresh.candidate import (
     stale,
     with_ids,
 )
+from refresh.models import ConfigRevision, active_for_change
+from refresh.report import Report, diff_report, error_report
 
 if TYPE_CHECKING:
     from catalog.config import EdgeSnapshot
-from refresh.models import ConfigRevision, active_for_change
-from refresh.report import Report, diff_report, error_report
 
 log = logging.getLogger("iop.refresh")
 

@@ -5,6 +5,7 @@ process (``IOP_TEST_REDIS_URL``). The end-to-end cases are tests/test_limits_adv
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -104,8 +105,6 @@ async def test_a_refused_request_s_slot_is_gone_when_its_refusal_returns(edges) 
     writer's pipeline) and is decided at once, refused over ``max_in_flight: 1`` by A's held
     body. Its decision never overtakes its own arrival, and a refused slot is never renewed:
     when the refusal returns nothing of it is left, so A's body is admitted."""
-    import asyncio
-
     a, b = edges
     limits = TokenLimits(max_in_flight=1)
     slow = a.arrive("t")
