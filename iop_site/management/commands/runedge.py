@@ -4,19 +4,24 @@ config; the flags win over IOP_EDGE_ID / IOP_*_LISTEN (docs/configuration.md).""
 
 from __future__ import annotations
 
-import io
 import logging
 import sys
 from dataclasses import dataclass
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from obskit.logs import announce
 
 
 class Command(BaseCommand):
     help = "Start the Edge (Node websocket, OpenAI-compatible API, admin) under daphne."
+    # No system checks at start: they check code (every ModelAdmin, URL pattern and template
+    # tag library), which `manage.py check` does in `make test`, and importing every admin
+    # and REST view and tag library (Django REST framework, drf-spectacular) cost each start
+    # a third of a second of CPU. The URL conf loads off the event loop on the first request
+    # that needs it (iop_site.asgi).
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -46,23 +51,6 @@ class Command(BaseCommand):
             # R-OBS-4: even the reason the Edge did not start is one JSON line
             logging.getLogger("iop.edge").error("%s", exc)
             sys.exit(1)
-
-    def check(self, *args: Any, **kwargs: Any) -> None:
-        """Django's system checks; in JSON mode what they would print is one log line."""
-        from django.conf import settings
-
-        if settings.LOG_FORMAT != "json":
-            super().check(*args, **kwargs)
-            return
-        out, err = io.StringIO(), io.StringIO()
-        self.stdout, self.stderr = OutputWrapper(out), OutputWrapper(err)
-        try:
-            super().check(*args, **kwargs)
-        finally:
-            self.stdout, self.stderr = OutputWrapper(sys.stdout), OutputWrapper(sys.stderr)
-            for level, text in ((logging.INFO, out.getvalue()), (logging.WARNING, err.getvalue())):
-                if text.strip():
-                    logging.getLogger("iop.edge").log(level, "%s", text.strip())
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django.conf import settings
