@@ -49,6 +49,8 @@ SERIAL_TESTS := $(shell grep -rl --include='test_*.py' 'mark\.serial' tests)
 test test-fast: export PYTHONDONTWRITEBYTECODE :=
 
 test: $(DEV_STAMP)
+	@# the documented installs' wheels, fetched beside the checks (tests/support/wheelhouse.py)
+	@$(PY) -m tests.support.wheelhouse > /dev/null 2>&1 &
 	$(PY) manage.py check
 	$(PY) manage.py makemigrations --check --dry-run
 	$(VENV)/bin/ruff check .

@@ -41,6 +41,7 @@ from tests.support.journeys import COMMAND_TIMEOUT_S, wait_for
 from tests.support.ports import free_port
 from tests.support.processes import ROOT
 from tests.support.upstream_loop import FakeUpstream
+from tests.support.wheelhouse import DOWNLOAD_TIMEOUT_S, package_index
 
 pytestmark = pytest.mark.slow
 
@@ -181,8 +182,9 @@ def test_credentials_page_sets_up_managed_mode_on_two_machines_as_written(
         upstream.stop()
 
 
-# Its Node install reaches the package index (its block's own bound: COMMAND_TIMEOUT_S x 5).
-@pytest.mark.timeout(COMMAND_TIMEOUT_S * 5 + 120)
+# Its Node install runs pip for real (its block's own bound: COMMAND_TIMEOUT_S x 5), after
+# the session's one download from the package index (tests/support/wheelhouse.py).
+@pytest.mark.timeout(DOWNLOAD_TIMEOUT_S + COMMAND_TIMEOUT_S * 5 + 120)
 def test_node_tls_walkthrough_runs_as_written_on_two_machines(
     tmp_path: Path, machines: list[Machine]
 ) -> None:
@@ -219,6 +221,7 @@ def test_node_tls_walkthrough_runs_as_written_on_two_machines(
     assert "127.0.0.1:" in policy
 
     started = time.monotonic()
+    node.env.update(package_index())  # a local mirror (tests/support/wheelhouse.py)
     page.run("node-install", node)  # the Node-only install, for real
     assert not (node.checkout / ".venv" / "bin" / "manage.py").exists()
     install_s = time.monotonic() - started

@@ -33,6 +33,7 @@ from tests.support.journeys import (
     source_checkout,
     wait_for,
 )
+from tests.support.wheelhouse import DOWNLOAD_TIMEOUT_S, package_index
 
 pytestmark = pytest.mark.slow
 
@@ -41,10 +42,11 @@ REFRESH_BLOCKS = doc_blocks(JOURNEYS_MD.parent / "refresh.md", "refresh")
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 INSTALL_TIMEOUT_S = 600
-# The tests that may be the first to use ``node_machine``: its install reaches the package
-# index (seconds on a good day, minutes on a slow one), so their hang guard is the install's
-# own bound plus the test's, in place of pytest-timeout's default 120 s.
-installs_node = pytest.mark.timeout(INSTALL_TIMEOUT_S + 120)
+# The tests that may be the first to use ``node_machine``: its install runs pip, after the
+# session's one download from the package index (tests/support/wheelhouse.py; seconds on a
+# good day, minutes on a slow one), so their hang guard is those bounds plus the test's, in
+# place of pytest-timeout's default 120 s.
+installs_node = pytest.mark.timeout(DOWNLOAD_TIMEOUT_S + INSTALL_TIMEOUT_S + 120)
 ECHO_CAPACITY = 'nodes["node-local"].providers["echo-cli"].capacity'
 
 
@@ -89,7 +91,7 @@ def node_machine(tmp_path_factory: pytest.TempPathFactory) -> NodeMachine:
     done = subprocess.run(
         ["bash", "-e", "-o", "pipefail", "-c", BLOCKS["node-install"]],
         cwd=checkout,
-        env=node_env(),
+        env={**node_env(), **package_index()},  # a local mirror (tests/support/wheelhouse.py)
         capture_output=True,
         text=True,
         timeout=INSTALL_TIMEOUT_S,

@@ -36,6 +36,7 @@ from tests.support.journeys import journey_blocks, printed_json, source_checkout
 from tests.support.ports import free_port
 from tests.support.processes import ROOT, Proc, sha256_hex
 from tests.support.upstream_loop import FakeUpstream
+from tests.support.wheelhouse import DOWNLOAD_TIMEOUT_S, package_index
 
 PAGE = ROOT / "docs" / "scale-out.md"
 BLOCKS = journey_blocks(PAGE)
@@ -218,13 +219,14 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
 
 
 @needs_services
-@pytest.mark.timeout(INSTALL_TIMEOUT_S + 300)
+@pytest.mark.timeout(DOWNLOAD_TIMEOUT_S + INSTALL_TIMEOUT_S + 300)
 def test_the_scale_out_page_as_written_runs_three_edges_that_serve_one_pool(host: Host):
     """docs/scale-out.md "Set up several Edges", every step as written: install, migrate,
     Edges A, B and a second one on host A, a Node listing all three, the checks (one
     revision, the Node's provider online on every Edge) and a request through host B."""
     started = time.monotonic()
-    output = host.run("scale-install", timeout=INSTALL_TIMEOUT_S)
+    # a local mirror of the index (tests/support/wheelhouse.py)
+    output = host.run("scale-install", package_index(), timeout=INSTALL_TIMEOUT_S)
     print(f"measured: the page's install took {time.monotonic() - started:.0f} s")
     assert (host.checkout / ".venv" / "bin" / "iop-node").exists(), output[-2000:]
     token, node_token = "app-" + secrets.token_urlsafe(24), "node-" + secrets.token_urlsafe(24)
