@@ -18,7 +18,8 @@ What the test changes, and nothing else:
   are the Makefile's own install, so the project's ``.venv`` (made by exactly that line)
   stands for them; every other line of that block (``migrate``) runs as written, on a new
   SQLite database under the fresh checkout's ``var/``. docs/node.md's Node install
-  (``pip install .``) runs for real on its Node machine; credentials.md's Node, which that
+  (``pip install .``) runs for real on its Node machine (against a local mirror of the
+  package index, tests/support/wheelhouse.py); credentials.md's Node, which that
   page says to install from docs/node.md, uses the project's ``.venv`` (it has ``iop-node``).
 """
 

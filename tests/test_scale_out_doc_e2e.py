@@ -1,8 +1,8 @@
 """docs/scale-out.md run as written, as a newcomer follows it (R-SCALE-2, R-SCALE-6, R-SCALE-7
-docs): a copy of the checkout (a fresh clone) installed with the page's own commands, the
-shared database migrated with them, three Edges started with them on this machine's
-PostgreSQL and Redis, a Node listing every Edge, the page's checks and a request through the
-second host's Edge.
+docs): a copy of the checkout (a fresh clone) installed with the page's own commands (against
+a local mirror of the package index, tests/support/wheelhouse.py), the shared database
+migrated with them, three Edges started with them on this machine's PostgreSQL and Redis, a
+Node listing every Edge, the page's checks and a request through the second host's Edge.
 
 Every ``sh journey=NAME`` block of the page is run here (the one ``scale_local.py`` line by
 ``tests/test_scale_local_script_e2e.py``). The only changes to a block's text: the example
