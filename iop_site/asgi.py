@@ -49,13 +49,22 @@ def urls_loaded_off_the_loop(site: ASGIApp) -> ASGIApp:
     which imported it at start)."""
     from django.urls import get_resolver
 
+    from pool.http.errors import ERRORS
+
     loading: asyncio.Future[Any] | None = None
 
     async def first(scope: Scope, receive: Any, send: Any) -> None:
         nonlocal loading
         if loading is None:
             loading = asyncio.ensure_future(asyncio.to_thread(lambda: get_resolver().url_patterns))
-        await asyncio.shield(loading)
+        try:
+            await asyncio.shield(loading)
+        except Exception as exc:  # a defect of the code: one line, never its text or a trace
+            log.error("the admin's URL conf failed to load: %s", type(exc).__name__)
+            row = ERRORS["internal_error"]
+            body = error_body("internal_error", row.message, type=row.openai_type)
+            await send_json(send, row.status, body)
+            return
         await site(scope, receive, send)
 
     def application(scope: Scope, receive: Any, send: Any) -> Awaitable[None]:

@@ -1,10 +1,13 @@
 """The Edge imports its URL conf on the first request that needs it, in a thread: the event
 loop serves on meanwhile, requests arriving during the import wait for that one import, and
-a failed import fails the requests that need it without being taken for loaded."""
+a failed import fails the requests that need it (a JSON 500, one log line) without being
+taken for loaded."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import threading
 from typing import Any
 
@@ -63,14 +66,26 @@ async def test_requests_during_the_import_wait_for_one_import_while_the_loop_ser
 
 
 async def test_a_failed_import_fails_the_request_and_is_not_taken_for_loaded(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Each request that needs the URL conf gets the OpenAI-shaped 500 ``internal_error``;
+    the log has one line naming the exception's type, not its text or a trace."""
     resolver = Resolver(fail=True)
     resolver.release.set()
     monkeypatch.setattr("django.urls.get_resolver", lambda: resolver)
     served, site = served_site()
     app = asgi.urls_loaded_off_the_loop(site)
     for _ in range(2):
-        with pytest.raises(ImportError):
-            await app({"path": "/admin/"}, None, None)
-    assert served == []
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any], sent: list[dict[str, Any]] = sent) -> None:
+            sent.append(message)
+
+        with caplog.at_level(logging.ERROR, logger="iop.nodes"):
+            await app({"path": "/admin/"}, None, send)
+        assert sent[0]["status"] == 500
+        error = json.loads(sent[1]["body"])["error"]
+        assert error["code"] == "internal_error" and error["type"] == "server_error"
+    assert served == [] and resolver.imports == 1
+    assert "a broken view module" not in caplog.text and "Traceback" not in caplog.text
+    assert "failed to load: ImportError" in caplog.text
