@@ -17,7 +17,7 @@ SENTINEL_TIMEOUT_S = 2.0
 def check_sentinels(scale: ScaleSettings) -> None:
     import redis
 
-    from iop_site.scale import ScaleOutRefused
+    from iop_site.scale import ScaleOutRefused, one_try
     from pool.engine_redis.connect import parse
 
     assert scale.redis_url is not None
@@ -26,7 +26,9 @@ def check_sentinels(scale: ScaleSettings) -> None:
         return
     answers: dict[str, str | None] = {}  # sentinel -> "host:port" of the primary, or None
     for name, client in store.sentinel_clients(
-        socket_timeout=SENTINEL_TIMEOUT_S, socket_connect_timeout=SENTINEL_TIMEOUT_S
+        socket_timeout=SENTINEL_TIMEOUT_S,
+        socket_connect_timeout=SENTINEL_TIMEOUT_S,
+        retry=one_try(),
     ):
         try:
             addr = client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", store.service)

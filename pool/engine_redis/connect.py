@@ -54,7 +54,7 @@ class Store:
         return out
 
     def _sentinel_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        out = {k: v for k, v in kwargs.items() if k.startswith("socket_")}
+        out = {k: v for k, v in kwargs.items() if k.startswith("socket_") or k == "retry"}
         if self.options.get("sentinel_password"):
             out["password"] = self.options["sentinel_password"]
         if self.tls:
