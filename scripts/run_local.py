@@ -105,7 +105,7 @@ def first_run_setup() -> dict[str, str]:
             str(ROOT / "manage.py"),
             "createsuperuser",
             "--noinput",
-            "--skip-checks",  # runedge runs them
+            "--skip-checks",  # they look at code: `manage.py check` (make test)
             "--username",
             "admin",
             "--email",
@@ -125,7 +125,7 @@ def first_run_setup() -> dict[str, str]:
 
 def main() -> int:
     VAR.mkdir(parents=True, exist_ok=True)
-    manage("migrate", "--noinput", "-v", "0", "--skip-checks")  # runedge runs them
+    manage("migrate", "--noinput", "-v", "0", "--skip-checks")  # `manage.py check`: make test
     tokens = json.loads(TOKENS.read_text()) if TOKENS.exists() else first_run_setup()
     write_private(VAR / "node-token", tokens["node"])
     node_yaml = VAR / "node.yaml"

@@ -109,7 +109,7 @@ def test_a_token_that_does_not_resolve_exits_2_instead_of_retrying(
 @pytest.mark.slow  # starts real processes: left out of `make test-fast`
 def test_the_agent_imports_nothing_from_django():
     code = (
-        "import sys, nodes.agent.main, nodes.agent.client, nodes.agent.registry\n"
+        "import sys, nodes.agent.main, nodes.agent.cli, nodes.agent.client, nodes.agent.registry\n"
         "bad = sorted(m for m in sys.modules if m == 'django' or m.startswith('django.'))\n"
         "assert not bad, bad\n"
     )

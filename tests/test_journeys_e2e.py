@@ -153,7 +153,8 @@ def test_the_node_only_install_runs_iop_node_without_django(node_machine: NodeMa
     for module in ("django", "daphne", "rest_framework", "channels"):
         found = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True)
         assert found.returncode != 0 and "No module named" in found.stderr, module
-    agent = subprocess.run([python, "-c", "import nodes.agent.main"], capture_output=True)
+    code = "import nodes.agent.main, nodes.agent.cli"
+    agent = subprocess.run([python, "-c", code], capture_output=True)
     assert agent.returncode == 0, agent.stderr
 
 

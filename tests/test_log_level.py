@@ -8,7 +8,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from iop_site.env import LOG_LEVELS, env_log_level
-from nodes.agent.main import _parser
+from nodes.agent.cli import _parser
 
 
 def test_the_edge_takes_each_level_in_any_case_and_defaults_to_info(monkeypatch):

@@ -30,7 +30,7 @@ def test_the_request_path_never_loads_the_sdk_when_tracing_is_off() -> None:
     """R-OBS-2: with OTEL_* unset, the Edge's and the Node's modules load no OpenTelemetry."""
     code = (
         "import sys, django; django.setup();"
-        "import pool.http.app, iop_site.server, nodes.agent.main, nodes.agent.router;"
+        "import pool.http.app, iop_site.server, nodes.agent.cli, nodes.agent.router;"
         "from obskit.otel import start_tracing; assert start_tracing('x') is None;"
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
     )

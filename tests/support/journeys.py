@@ -165,7 +165,7 @@ class JourneyEdge:
                 "manage.py",
                 "createsuperuser",
                 "--noinput",
-                "--skip-checks",  # runedge runs them
+                "--skip-checks",  # they look at code: `manage.py check` (make test)
                 "--username",
                 "admin",
                 "--email",

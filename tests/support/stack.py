@@ -290,7 +290,7 @@ class Stack:
                 "manage.py",
                 "createsuperuser",
                 "--noinput",
-                "--skip-checks",  # runedge runs them
+                "--skip-checks",  # they look at code: `manage.py check` (make test)
                 "--username",
                 username,
                 "--email",
