@@ -10,9 +10,10 @@ Per module: wall seconds (JUnit's ``time``, setup and teardown included) and CPU
 the test process and its reaped children (``cpu_s``, tests.support.timing), summed over its
 tests; per worker: its busy time and when its last test ended. ``--workers N`` replays the
 order the suite hands modules out in (tests/conftest.py: the longest first, by
-tests/module_times.json) on N workers with these wall times: the makespan that order gives
-and the longest module, which no schedule beats. ``--write`` stores the wall time per module,
-rounded to a second, as the order's weights.
+tests/module_times.json and tests/support/schedule.py: longest first, the modules that
+mostly wait spread among the others) on N workers with these wall times: the makespan that
+order gives and the longest module, which no schedule beats. ``--write`` stores the wall and
+CPU seconds per module, rounded to a second, for that order.
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-WEIGHTS = ROOT / "tests" / "module_times.json"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.support.schedule import MODULE_TIMES, Times, order, read_times, write_times  # noqa: E402
 
 
 def module_of(classname: str) -> str:
@@ -73,12 +77,11 @@ def read(path: Path) -> dict[str, dict[str, float]]:
     return {"modules": dict(modules), "workers": workers}  # type: ignore[dict-item]
 
 
-def replay(walls: dict[str, float], weights: dict[str, float], workers: int) -> float:
-    """The makespan of handing modules out longest-first (by ``weights``, unknown ones last in
-    file order) to whichever of ``workers`` is free first, with the measured ``walls``."""
-    order = sorted(walls, key=lambda m: -weights.get(m, 0.0))
+def replay(walls: dict[str, float], times: Times, workers: int) -> float:
+    """The makespan of handing modules out in `make test`'s order (by ``times``; unknown ones
+    last in file order) to whichever of ``workers`` is free first, with the measured ``walls``."""
     free = [0.0] * workers
-    for module in order:
+    for module in order(sorted(walls), times):
         start = heapq.heappop(free)
         heapq.heappush(free, start + walls[module])
     return max(free)
@@ -89,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("junit", type=Path)
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--write", action="store_true", help=f"write {WEIGHTS.name}")
+    parser.add_argument("--write", action="store_true", help=f"write {MODULE_TIMES.name}")
     args = parser.parse_args(argv)
     data = read(args.junit)
     modules = data["modules"]
@@ -105,17 +108,17 @@ def main(argv: list[str] | None = None) -> int:
     for module in sorted(modules, key=lambda m: -walls[m])[: args.top]:
         row = modules[module]
         print(f"  {module:46} {row['wall']:6.1f}  {row['cpu']:6.1f}  {int(row['tests']):5d}")
-    weights = json.loads(WEIGHTS.read_text()) if WEIGHTS.exists() else {}
+    measured: Times = {m: (row["wall"], row["cpu"]) for m, row in modules.items()}
+    if args.write:
+        count = write_times(measured)
+        print(f"wrote {MODULE_TIMES.relative_to(ROOT)} ({count} modules)")
+    times = read_times() or measured
     longest = max(walls.values(), default=0.0)
     for n in sorted({args.workers, args.workers + 1}):
         print(
-            f"replayed on {n} workers, longest first: {replay(walls, weights or walls, n):.0f} s"
+            f"replayed on {n} workers, in make test's order: {replay(walls, times, n):.0f} s"
             f" (the sum over {n}: {total_wall / n:.0f} s; the longest module: {longest:.0f} s)"
         )
-    if args.write:
-        rounded = {m: round(walls[m]) for m in sorted(walls) if round(walls[m]) > 0}
-        WEIGHTS.write_text(json.dumps(rounded, indent=0, sort_keys=True) + "\n")
-        print(f"wrote {WEIGHTS.relative_to(ROOT)} ({len(rounded)} modules)")
     return 0
 
 

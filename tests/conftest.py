@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 
 import pytest
 
@@ -42,18 +40,14 @@ def _close_sync_thread_connections(request):
     SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=10)
 
 
-# Longest module first (tests/module_times.json, measured by scripts/test_times.py): `make
-# test` hands whole modules to its workers in collection order (--dist loadfile with
+# Longest module first, the modules that mostly wait spread among the others (tests/support/
+# schedule.py, tests/module_times.json measured by scripts/test_times.py): `make test` hands
+# whole modules to its workers in collection order (--dist loadfile with
 # --no-loadscope-reorder), so the long end-to-end modules start at once and the short ones
-# fill the gaps at the end instead of one long module running alone while the other workers
-# idle. A module missing from the file counts as a short one. docs/testing.md.
-MODULE_TIMES = Path(__file__).with_name("module_times.json")
-
-
+# fill the gaps at the end. docs/testing.md.
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    weights = json.loads(MODULE_TIMES.read_text()) if MODULE_TIMES.exists() else {}
-    rank = {}
-    for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        rank.setdefault(module, (-weights.get(module, 0), len(rank)))
+    from tests.support.schedule import order, read_times
+
+    modules = [item.nodeid.split("::", 1)[0] for item in items]
+    rank = {module: index for index, module in enumerate(order(modules, read_times()))}
     items.sort(key=lambda item: rank[item.nodeid.split("::", 1)[0]])
