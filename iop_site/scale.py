@@ -20,6 +20,8 @@ from django.core.exceptions import ImproperlyConfigured
 from iop_site.env import env_float
 
 if TYPE_CHECKING:
+    from redis.retry import Retry
+
     from catalog.config import EdgeSnapshot
     from iop_site.runtime import EdgeRuntime
     from nodes.remote import RunRouter
@@ -95,7 +97,7 @@ MIN_REDIS = (7, 0)  # the oldest Redis the engine's scripts and streams are run 
 REDIS_CHECK_TIMEOUT_S = 5.0
 
 
-def one_try() -> Any:
+def one_try() -> Retry:
     """A start check's ``retry``: one attempt, so a refusal comes within its stated bound.
     redis-py's default retries a failed connection three times with a backoff of up to 10 s,
     which made a refused connection take about 5 s and a silent port four times its bound."""

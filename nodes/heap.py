@@ -3,7 +3,8 @@
 
 While a process starts, nearly everything it allocates (modules, settings, the config
 snapshot, the app) lives as long as the process, so collecting during the imports walks a
-growing heap for almost nothing: about 13% of an Edge's or a Node's start-up CPU.
+growing heap for almost nothing: about a tenth of an Edge's start-up CPU (a Node's gain is
+smaller: its package loads before the hold).
 ``collector_paused()`` holds the collector from the first import; ``settle_heap()``, once the
 process is built, collects once, moves every survivor to the permanent generation (a later
 full collection walks only what requests created, so its pause is short) and lets the
