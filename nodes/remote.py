@@ -213,7 +213,8 @@ class RunRouter:
         try:
             await self._send(to, "runs", *messages, order)
         except RedisError as exc:
-            del self._requested[run_id]
+            # The read loop may have failed every run already (the same outage): pop, not del.
+            self._requested.pop(run_id, None)
             raise RelayUnavailable(f"{node_id}: Redis unreachable ({type(exc).__name__})") from None
         except BaseException:
             self._requested.pop(run_id, None)

@@ -440,6 +440,25 @@ async def test_output_the_owner_could_not_relay_ends_the_run_on_the_requester_r_
     await until(lambda: edges.node.cancelled(request.run_id), "the run cancelled on the Node")
 
 
+async def test_a_send_failing_after_the_read_loop_failed_every_run_is_a_relay_unavailable(
+    edges, monkeypatch
+):
+    """R-HA-1: a primary killed under load; the read loop loses Redis and fails every run
+    while an order's send is still waiting, then that send fails too. The request gets 503
+    ``pool_unavailable`` (``RelayUnavailable``), not a 500 (the run was already gone from
+    the table: tests/test_scale_sentinel_e2e.py met it about once in 30 runs)."""
+    router = edges.router_a
+
+    async def lost(to: tuple[str, str], kind: str, *messages: Any) -> None:
+        router._fail_all("relay_unavailable", "run routing between Edges lost Redis")
+        raise RedisConnectionError("Error while reading: Connection reset by peer")
+
+    monkeypatch.setattr(router, "_send", lost)
+    with pytest.raises(RelayUnavailable):
+        await edges.a.open_run(LEASE, order())
+    assert router._requested == {}
+
+
 async def until_answers(client: aioredis.Redis) -> None:
     async def answers() -> bool:
         with contextlib.suppress(RedisError):
