@@ -38,9 +38,23 @@ SCALE_OUT_SKIP = "scale-out needs Redis: set IOP_TEST_REDIS_URL=redis://..."
 
 
 @pytest.fixture
-def cluster(tmp_path: Path):
+def own_cluster(tmp_path: Path):
+    """A cluster of the test's own, for a test that kills one of its Edges."""
     with Cluster(
         tmp_path, database_url=DATABASE, edges=2, redis_url=scale_out_redis_url()
+    ) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    """One cluster for the tests that leave both Edges running: each applies capacities no
+    other test applies, so none finds its document already active."""
+    with Cluster(
+        tmp_path_factory.mktemp("shared"),
+        database_url=DATABASE,
+        edges=2,
+        redis_url=scale_out_redis_url(),
     ) as running:
         yield running
 
@@ -62,14 +76,14 @@ def capacity_document(cluster: Cluster, capacity: int) -> dict[str, Any]:
 
 
 @needs_postgres
-def test_a_node_moves_to_the_next_edge_when_its_edge_is_killed_r_scale_3(cluster):
-    assert cluster.edge_of("node-1") == 0  # the first Node starts at the first Edge
-    cluster.kill_edge(0)  # SIGKILL: no goodbye on the wire
+def test_a_node_moves_to_the_next_edge_when_its_edge_is_killed_r_scale_3(own_cluster):
+    assert own_cluster.edge_of("node-1") == 0  # the first Node starts at the first Edge
+    own_cluster.kill_edge(0)  # SIGKILL: no goodbye on the wire
     deadline = time.monotonic() + 30
-    while cluster.edge_of("node-1") != 1:
-        assert time.monotonic() < deadline, cluster.logs()[-4000:]
+    while own_cluster.edge_of("node-1") != 1:
+        assert time.monotonic() < deadline, own_cluster.logs()[-4000:]
         time.sleep(0.05)
-    status, body = cluster.chat(1)
+    status, body = own_cluster.chat(1)
     assert status == 200 and body["choices"], body
 
 
@@ -114,8 +128,8 @@ def test_two_applies_without_a_parent_on_two_edges_at_once_apply_one_on_top_of_t
     [(start, _)] = active_revisions(cluster)
     first, second = cluster.edges
     results = at_once(
-        lambda: apply_document(first.control_url, capacity_document(cluster, 6), None),
-        lambda: apply_document(second.control_url, capacity_document(cluster, 7), None),
+        lambda: apply_document(first.control_url, capacity_document(cluster, 8), None),
+        lambda: apply_document(second.control_url, capacity_document(cluster, 9), None),
     )
     assert [status for status, _ in results] == [200, 200], results
     revisions = sorted(report["revision"] for _, report in results)
