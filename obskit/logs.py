@@ -14,6 +14,7 @@ import logging
 import sys
 import time
 from collections.abc import Mapping
+from types import TracebackType
 from typing import Any, TextIO
 
 from obskit.context import FIELDS, LogContext
@@ -42,6 +43,33 @@ def printable(text: str, limit: int = 300) -> str:
     return clipped if clipped.isprintable() else repr(clipped)
 
 
+# The project's own packages: a fault is placed at its innermost frame in one of them.
+OWN_PACKAGES = frozenset(
+    {"catalog", "edgekit", "iop_site", "nodes", "obskit", "pool", "refresh", "secretref"}
+)
+ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None]
+
+
+def fault(exc_info: ExcInfo | tuple[None, None, None]) -> str:
+    """An exception as one line with neither its text nor a traceback (either may carry a
+    secret or a peer's bytes): its type, the innermost frame of the project's own code it
+    passed through, and the type of the exception it was raised while handling. ``KeyError
+    (nodes.remote.open_run, line 216) while handling ConnectionError``."""
+    kind, value, tb = exc_info
+    if kind is None or value is None:
+        return ""
+    own = last = ""
+    while tb is not None:
+        module = str(tb.tb_frame.f_globals.get("__name__", "?"))
+        last = f"{module}.{tb.tb_frame.f_code.co_name}, line {tb.tb_lineno}"
+        if module.partition(".")[0] in OWN_PACKAGES:
+            own = last
+        tb = tb.tb_next
+    text = kind.__name__ + (f" ({own or last})" if own or last else "")
+    earlier = value.__cause__ or (None if value.__suppress_context__ else value.__context__)
+    return text + (f" while handling {type(earlier).__name__}" if earlier is not None else "")
+
+
 def _iso(created: float) -> str:
     seconds = int(created)
     millis = int((created - seconds) * 1000)
@@ -59,7 +87,8 @@ def json_line(level: str, logger: str, message: str, **context: Any) -> str:
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object a line (R-OBS-4); an exception goes in ``exception`` as text."""
+    """One JSON object a line (R-OBS-4); an exception goes in ``exception`` as one line
+    (``fault``: never its text or a traceback)."""
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -71,20 +100,27 @@ class JsonFormatter(logging.Formatter):
         for name in FIELDS:
             line[name] = getattr(record, name, "") or None
         if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
+            line["exception"] = fault(record.exc_info)
         return json.dumps(line, ensure_ascii=True, default=str)
 
 
 class HumanFormatter(logging.Formatter):
-    """The plain line, with ``[request_id=... run_id=...]`` when a request is in context."""
+    """The plain line, with ``[request_id=... run_id=...]`` when a request is in context;
+    an exception ends the same line as ``fault`` puts it (never its text or a traceback)."""
 
     def __init__(self) -> None:
         super().__init__(HUMAN_FORMAT)
 
     def format(self, record: logging.LogRecord) -> str:
         parts = [f"{name}={value}" for name in FIELDS if (value := getattr(record, name, ""))]
-        record.context = f" [{' '.join(parts)}]" if parts else ""
-        return super().format(record)
+        said = f": {fault(record.exc_info)}" if record.exc_info else ""
+        record.context = said + (f" [{' '.join(parts)}]" if parts else "")
+        held = record.exc_info, record.exc_text, record.stack_info
+        record.exc_info = record.exc_text = record.stack_info = None  # not the default's lines
+        try:
+            return super().format(record)
+        finally:
+            record.exc_info, record.exc_text, record.stack_info = held
 
 
 def formatter(fmt: str) -> logging.Formatter:

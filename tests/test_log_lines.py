@@ -151,3 +151,43 @@ def test_twisteds_own_log_goes_through_the_standard_logging_r_obs_4(
     (record,) = [r for r in caplog.records if r.name == "twisted"]
     assert record.levelno == logging.WARNING
     assert record.getMessage() == "connection lost oddly: x"
+
+
+def failed_line(formatter: logging.Formatter) -> str:
+    """A line logged with ``log.exception`` while handling an error raised inside the
+    project's own code (``log_format`` refuses a value, naming it) during another one."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(formatter)
+    logger = logging.getLogger("iop.test.faults")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        try:
+            raise ConnectionError("a peer's text")
+        except ConnectionError:
+            log_format({"LOG_FORMAT": "secret-value"})
+    except LogFormatError:
+        logger.exception("request failed inside the Edge")
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = True
+    return stream.getvalue()
+
+
+@pytest.mark.parametrize("formatter", [HumanFormatter, JsonFormatter])
+def test_an_exception_is_one_line_with_its_type_and_place_never_its_text_or_trace(
+    formatter: type[logging.Formatter],
+) -> None:
+    """No stack trace and no exception text in a log line (a secret or a peer's bytes may be
+    in either): the type, the innermost frame of the project's own code, what it was
+    handling."""
+    text = failed_line(formatter())
+    assert text.count("\n") == 1 and "Traceback" not in text
+    assert "secret-value" not in text and "a peer's text" not in text
+    human = formatter is HumanFormatter
+    said = text.rstrip("\n") if human else json.loads(text)["exception"]
+    assert "LogFormatError (obskit.logs.log_format, line " in said
+    assert said.endswith(") while handling ConnectionError")
+    if human:  # on the message's own line
+        assert "request failed inside the Edge: LogFormatError (obskit.logs.log_format" in said
