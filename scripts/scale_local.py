@@ -81,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)  # a supervisor's stop: the same as Ctrl-C
+    # Ctrl-C, even when started with SIGINT ignored (a background job of a script is)
+    signal.signal(signal.SIGINT, on_term)
     try:
         cluster.start()
         print(

@@ -45,14 +45,20 @@ def test_scale_local_starts_three_edges_that_answer_and_stops_clean_r_scale_2() 
     parts = urlsplit(DATABASE)
     server = urlunsplit((parts.scheme, parts.netloc, "/", "", ""))
     env = {**os.environ, "IOP_SCALE_POSTGRES": server, "IOP_REDIS_URL": scale_out_redis_url()}
-    proc = subprocess.Popen(
-        documented_command(),
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    # Started with SIGINT ignored, as a script's background job is (a shell without job
+    # control does that): Ctrl-C still stops it, since it says so.
+    inherited = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        proc = subprocess.Popen(
+            documented_command(),
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     lines: list[str] = []
     try:
         assert proc.stdout is not None
@@ -73,7 +79,12 @@ def test_scale_local_starts_three_edges_that_answer_and_stops_clean_r_scale_2() 
             assert answer.choices[0].message.content, output
     finally:
         proc.send_signal(signal.SIGINT)
-        rest, _ = proc.communicate(timeout=60)
+        try:
+            rest, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # stop it anyway (its TERM stops its Edges too)
+            proc.terminate()
+            proc.communicate(timeout=60)
+            raise
     assert proc.returncode == 0, output + rest
     assert "stopped; database dropped" in rest
     with psycopg.connect(urlunsplit((parts.scheme, parts.netloc, "/postgres", "", ""))) as db:
