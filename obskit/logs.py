@@ -99,8 +99,8 @@ class JsonFormatter(logging.Formatter):
         }
         for name in FIELDS:
             line[name] = getattr(record, name, "") or None
-        if record.exc_info:
-            line["exception"] = fault(record.exc_info)
+        if record.exc_info and (said := fault(record.exc_info)):
+            line["exception"] = said
         return json.dumps(line, ensure_ascii=True, default=str)
 
 
@@ -113,8 +113,8 @@ class HumanFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         parts = [f"{name}={value}" for name in FIELDS if (value := getattr(record, name, ""))]
-        said = f": {fault(record.exc_info)}" if record.exc_info else ""
-        record.context = said + (f" [{' '.join(parts)}]" if parts else "")
+        said = fault(record.exc_info) if record.exc_info else ""
+        record.context = (f": {said}" if said else "") + (f" [{' '.join(parts)}]" if parts else "")
         held = record.exc_info, record.exc_text, record.stack_info
         record.exc_info = record.exc_text = record.stack_info = None  # not the default's lines
         try:

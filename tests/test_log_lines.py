@@ -191,3 +191,24 @@ def test_an_exception_is_one_line_with_its_type_and_place_never_its_text_or_trac
     assert said.endswith(") while handling ConnectionError")
     if human:  # on the message's own line
         assert "request failed inside the Edge: LogFormatError (obskit.logs.log_format" in said
+
+
+@pytest.mark.parametrize("formatter", [HumanFormatter, JsonFormatter])
+def test_exc_info_asked_outside_a_handler_adds_nothing(formatter: type[logging.Formatter]) -> None:
+    """``exc_info=True`` with no exception being handled: the line stays as it is."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(formatter())
+    logger = logging.getLogger("iop.test.faults")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        logger.error("nothing failed", exc_info=True)
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = True
+    text = stream.getvalue()
+    if formatter is HumanFormatter:
+        assert text.endswith(" nothing failed\n")
+    else:
+        assert "exception" not in json.loads(text)
