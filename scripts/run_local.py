@@ -150,6 +150,8 @@ def main() -> int:
 
     # Before the wait for the ready line: a TERM at any moment stops what has started.
     signal.signal(signal.SIGTERM, stop)
+    # Ctrl-C, even when started with SIGINT ignored (a background job of a script is)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         if not wait_ready(edge):
             code = edge.wait()

@@ -77,15 +77,21 @@ def make_run(
     environ = child_env({"PYTHONPATH": str(work), **(env or {})})
     for name in ("DATABASE_URL", "IOP_VAR_DIR", ALLOW_ENV, "IOP_REDIS_URL"):
         environ.pop(name, None)  # a newcomer's machine: the embedded default
-    proc = subprocess.Popen(
-        ["bash", "-c", command],
-        cwd=work,
-        env=environ,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    # Started with SIGINT ignored, as a script's background job is (a shell without job
+    # control does that): Ctrl-C must stop it all the same (below).
+    inherited = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        proc = subprocess.Popen(
+            ["bash", "-c", command],
+            cwd=work,
+            env=environ,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     output: list[str] = []
     printed = threading.Event()
 
@@ -111,12 +117,15 @@ def make_run(
         _signal(proc.pid, signal.SIGINT)  # Ctrl-C, as the reader stops it
         try:
             proc.wait(timeout=60)
+            hung = False
         except subprocess.TimeoutExpired:
             _signal(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
+            hung = True
         reader.join(timeout=10)
         if proc.stdout is not None:
             proc.stdout.close()
+    assert not hung, f"{command} did not stop on Ctrl-C within 60 s:\n{''.join(output)[-4000:]}"
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:
