@@ -18,6 +18,7 @@ import openai
 import pytest
 
 from tests.support.cluster import scale_out_redis_url
+from tests.support.processes import sigint_ignored
 
 ROOT = Path(__file__).resolve().parent.parent
 DATABASE = os.environ.get("IOP_TEST_DATABASE_URL", "")
@@ -45,10 +46,7 @@ def test_scale_local_starts_three_edges_that_answer_and_stops_clean_r_scale_2() 
     parts = urlsplit(DATABASE)
     server = urlunsplit((parts.scheme, parts.netloc, "/", "", ""))
     env = {**os.environ, "IOP_SCALE_POSTGRES": server, "IOP_REDIS_URL": scale_out_redis_url()}
-    # Started with SIGINT ignored, as a script's background job is (a shell without job
-    # control does that): Ctrl-C still stops it, since it says so.
-    inherited = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
+    with sigint_ignored():  # Ctrl-C still stops it, since it says so
         proc = subprocess.Popen(
             documented_command(),
             cwd=ROOT,
@@ -57,8 +55,6 @@ def test_scale_local_starts_three_edges_that_answer_and_stops_clean_r_scale_2() 
             stderr=subprocess.STDOUT,
             text=True,
         )
-    finally:
-        signal.signal(signal.SIGINT, inherited)
     lines: list[str] = []
     try:
         assert proc.stdout is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import hashlib
 import os
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.support.ports import free_port as free_port  # also imported from here
@@ -31,6 +33,18 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = str(ROOT)
     env.update(extra or {})
     return env
+
+
+@contextlib.contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """Children started inside inherit SIGINT ignored, as a script's background job does (a
+    shell without job control starts it so): a command documented to stop on Ctrl-C must
+    take SIGINT itself. From the main thread only."""
+    inherited = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, inherited)
 
 
 @functools.cache

@@ -28,7 +28,7 @@ from tests.support.journeys import (
     source_checkout,
     with_ports,
 )
-from tests.support.processes import child_env
+from tests.support.processes import child_env, sigint_ignored
 
 # The first run migrates and imports the catalog: about 20 s on an idle machine, 90 on a busy one.
 START_TIMEOUT_S = 240.0
@@ -77,10 +77,7 @@ def make_run(
     environ = child_env({"PYTHONPATH": str(work), **(env or {})})
     for name in ("DATABASE_URL", "IOP_VAR_DIR", ALLOW_ENV, "IOP_REDIS_URL"):
         environ.pop(name, None)  # a newcomer's machine: the embedded default
-    # Started with SIGINT ignored, as a script's background job is (a shell without job
-    # control does that): Ctrl-C must stop it all the same (below).
-    inherited = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
+    with sigint_ignored():  # Ctrl-C must stop it all the same (below)
         proc = subprocess.Popen(
             ["bash", "-c", command],
             cwd=work,
@@ -90,8 +87,6 @@ def make_run(
             text=True,
             start_new_session=True,
         )
-    finally:
-        signal.signal(signal.SIGINT, inherited)
     output: list[str] = []
     printed = threading.Event()
 
