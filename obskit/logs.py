@@ -106,7 +106,8 @@ class JsonFormatter(logging.Formatter):
 
 class HumanFormatter(logging.Formatter):
     """The plain line, with ``[request_id=... run_id=...]`` when a request is in context;
-    an exception ends the same line as ``fault`` puts it (never its text or a traceback)."""
+    an exception follows the message on the same line, as ``fault`` puts it (never its text
+    or a traceback)."""
 
     def __init__(self) -> None:
         super().__init__(HUMAN_FORMAT)
