@@ -65,7 +65,8 @@ def fault(exc_info: ExcInfo | tuple[None, None, None]) -> str:
         if module.partition(".")[0] in OWN_PACKAGES:
             own = last
         tb = tb.tb_next
-    text = kind.__name__ + (f" ({own or last})" if own or last else "")
+    where = own or last
+    text = kind.__name__ + (f" ({where})" if where else "")
     earlier = value.__cause__ or (None if value.__suppress_context__ else value.__context__)
     return text + (f" while handling {type(earlier).__name__}" if earlier is not None else "")
 

@@ -6,6 +6,7 @@ import contextvars
 import io
 import json
 import logging
+from collections.abc import Callable
 
 import pytest
 
@@ -16,7 +17,8 @@ from obskit.logs import HumanFormatter, JsonFormatter, LogFormatError, announce,
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
-def line(formatter: logging.Formatter, message: str = "hello %s", *args: object) -> str:
+def logged(formatter: logging.Formatter, emit: Callable[[logging.Logger], None]) -> str:
+    """What ``emit`` logs, as ``formatter`` writes it through a handler with the context."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.addFilter(LogContext())
@@ -25,11 +27,15 @@ def line(formatter: logging.Formatter, message: str = "hello %s", *args: object)
     logger.addHandler(handler)
     logger.propagate = False
     try:
-        logger.warning(message, *args)
+        emit(logger)
     finally:
         logger.removeHandler(handler)
         logger.propagate = True
     return stream.getvalue()
+
+
+def line(formatter: logging.Formatter, message: str = "hello %s", *args: object) -> str:
+    return logged(formatter, lambda logger: logger.warning(message, *args))
 
 
 def in_request(fn, **values: str):  # type: ignore[no-untyped-def]
@@ -156,23 +162,17 @@ def test_twisteds_own_log_goes_through_the_standard_logging_r_obs_4(
 def failed_line(formatter: logging.Formatter) -> str:
     """A line logged with ``log.exception`` while handling an error raised inside the
     project's own code (``log_format`` refuses a value, naming it) during another one."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(formatter)
-    logger = logging.getLogger("iop.test.faults")
-    logger.addHandler(handler)
-    logger.propagate = False
-    try:
+
+    def emit(logger: logging.Logger) -> None:
         try:
-            raise ConnectionError("a peer's text")
-        except ConnectionError:
-            log_format({"LOG_FORMAT": "secret-value"})
-    except LogFormatError:
-        logger.exception("request failed inside the Edge")
-    finally:
-        logger.removeHandler(handler)
-        logger.propagate = True
-    return stream.getvalue()
+            try:
+                raise ConnectionError("a peer's text")
+            except ConnectionError:
+                log_format({"LOG_FORMAT": "secret-value"})
+        except LogFormatError:
+            logger.exception("request failed inside the Edge")
+
+    return logged(formatter, emit)
 
 
 @pytest.mark.parametrize("formatter", [HumanFormatter, JsonFormatter])
@@ -196,18 +196,7 @@ def test_an_exception_is_one_line_with_its_type_and_place_never_its_text_or_trac
 @pytest.mark.parametrize("formatter", [HumanFormatter, JsonFormatter])
 def test_exc_info_asked_outside_a_handler_adds_nothing(formatter: type[logging.Formatter]) -> None:
     """``exc_info=True`` with no exception being handled: the line stays as it is."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(formatter())
-    logger = logging.getLogger("iop.test.faults")
-    logger.addHandler(handler)
-    logger.propagate = False
-    try:
-        logger.error("nothing failed", exc_info=True)
-    finally:
-        logger.removeHandler(handler)
-        logger.propagate = True
-    text = stream.getvalue()
+    text = logged(formatter(), lambda logger: logger.error("nothing failed", exc_info=True))
     if formatter is HumanFormatter:
         assert text.endswith(" nothing failed\n")
     else:
